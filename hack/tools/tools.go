@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the test-only binaries the e2e environment runs.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)

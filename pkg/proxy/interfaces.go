@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+)
+
+// Resolver maps a pod template to the member cluster that runs it.
+// *resolver.Resolver implements it.
+type Resolver interface {
+	// Resolve returns the member cluster of namespace/pod. An error that
+	// implements apierrors.APIStatus (404 pod not found, 404/409 not placed,
+	// 503 cluster not ready) is written to the client as that Status.
+	Resolve(ctx context.Context, namespace, pod string) (cluster string, err error)
+}
+
+// Caller is an authenticated identity, as authorize mode forwards it.
+type Caller struct {
+	Name   string
+	UID    string
+	Groups []string
+	Extra  map[string][]string
+}
+
+// PodRequest is a parsed request for a pod subresource the gateway rewrites.
+type PodRequest struct {
+	Namespace   string
+	Name        string
+	Subresource string // exec, attach, log or portforward
+}
+
+// Verb is the RBAC verb kube-apiserver authorizes r as: create for the
+// streaming subresources whatever the HTTP method (WebSocket GET included,
+// as kube-apiserver 1.35+ does), get for log.
+func (r PodRequest) Verb() string {
+	if r.Subresource == "log" {
+		return "get"
+	}
+	return "create"
+}
+
+// Authorizer decides requests in authorize mode. *auth.Authorizer implements it.
+type Authorizer interface {
+	// AuthorizePod authenticates the caller of r (bearer token by
+	// TokenReview, or a verified client certificate), honours Impersonate-*
+	// headers only when the caller may impersonate, and checks with a
+	// SubjectAccessReview that the effective user may perform pr.Verb() on
+	// pods/pr.Subresource of pr.Namespace/pr.Name. Errors implementing
+	// apierrors.APIStatus (401, 403) are written to the client as is.
+	AuthorizePod(ctx context.Context, r *http.Request, pr PodRequest) (Caller, error)
+	// Authenticate authenticates the caller of r without authorizing
+	// anything; passthrough routes in authorize mode use it for callers who
+	// presented a client certificate, which cannot be forwarded upstream.
+	Authenticate(ctx context.Context, r *http.Request) (Caller, error)
+}
