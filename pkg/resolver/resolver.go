@@ -1,0 +1,340 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// Result values of the resolve_total metric.
+const (
+	ResultOK              = "ok"
+	ResultNotFound        = "not_found"
+	ResultNotPlaced       = "not_placed"
+	ResultClusterNotReady = "cluster_not_ready"
+)
+
+// retryAfterSeconds is the delay the not-placed and not-ready Statuses
+// suggest: placement and cluster recovery are usually seconds away.
+const retryAfterSeconds = 1
+
+// Options configures New.
+type Options struct {
+	// Informers are the shared caches; Pods, Bindings (with the
+	// karmada.BindingsByResourceIndex index) and Clusters are required.
+	// The caller starts them and waits for their sync.
+	Informers *karmada.Informers
+	// Metrics receives resolve counts. When nil, counts go to a private
+	// registry nobody scrapes.
+	Metrics *metrics.Metrics
+}
+
+// Resolver maps pod templates to member clusters. It is safe for concurrent use.
+type Resolver struct {
+	pods     cache.Indexer
+	bindings cache.Indexer
+	clusters cache.Indexer
+
+	// counters are resolved once so a lookup does not hash label values.
+	counters  [numSources][numResults]prometheus.Counter
+	ambiguous prometheus.Counter
+
+	validNames sync.Map // cluster name -> bool; see validClusterName
+}
+
+type (
+	source int
+	result int
+)
+
+const (
+	sourceNone source = iota
+	sourceLabel
+	sourceBinding
+	numSources
+)
+
+const (
+	resultOK result = iota
+	resultNotFound
+	resultNotPlaced
+	resultClusterNotReady
+	numResults
+)
+
+var (
+	sourceNames = [numSources]string{sourceNone: metrics.SourceNone, sourceLabel: metrics.SourceLabel, sourceBinding: metrics.SourceBinding}
+	resultNames = [numResults]string{resultOK: ResultOK, resultNotFound: ResultNotFound, resultNotPlaced: ResultNotPlaced, resultClusterNotReady: ResultClusterNotReady}
+)
+
+// New returns a Resolver reading opts.Informers.
+func New(opts Options) (*Resolver, error) {
+	inf := opts.Informers
+	if inf == nil || inf.Pods == nil || inf.Bindings == nil || inf.Clusters == nil {
+		return nil, errors.New("resolver: Informers with Pods, Bindings and Clusters are required")
+	}
+	if _, ok := inf.Bindings.GetIndexer().GetIndexers()[karmada.BindingsByResourceIndex]; !ok {
+		return nil, fmt.Errorf("resolver: bindings informer lacks the %q index", karmada.BindingsByResourceIndex)
+	}
+	m := opts.Metrics
+	if m == nil {
+		m = metrics.New(prometheus.NewRegistry())
+	}
+	r := &Resolver{
+		pods:      inf.Pods.GetIndexer(),
+		bindings:  inf.Bindings.GetIndexer(),
+		clusters:  inf.Clusters.GetIndexer(),
+		ambiguous: m.ResolveAmbiguousTotal,
+	}
+	// Only the combinations Resolve produces are created, so the exported
+	// series start at zero without advertising impossible ones.
+	for _, c := range []struct {
+		s source
+		r result
+	}{
+		{sourceNone, resultNotFound},
+		{sourceNone, resultNotPlaced},
+		{sourceLabel, resultOK},
+		{sourceLabel, resultClusterNotReady},
+		{sourceBinding, resultOK},
+		{sourceBinding, resultClusterNotReady},
+	} {
+		r.counters[c.s][c.r] = m.ResolveTotal.WithLabelValues(sourceNames[c.s], resultNames[c.r])
+	}
+	return r, nil
+}
+
+// Resolve returns the member cluster that runs namespace/pod, by the rules in
+// the package doc. Its errors are *apierrors.StatusError: 404 when the pod is
+// not in the cache, 503 when it is not placed or its cluster is not usable.
+func (r *Resolver) Resolve(ctx context.Context, namespace, pod string) (string, error) {
+	cluster, src, res, err := r.resolve(ctx, namespace, pod)
+	r.counters[src][res].Inc()
+	return cluster, err
+}
+
+func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster string, src source, res result, err error) {
+	obj, exists, err := r.pods.GetByKey(namespace + "/" + pod)
+	if err != nil || !exists {
+		// The indexer's GetByKey cannot fail; a miss is the only real case.
+		return "", sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
+	}
+	meta, ok := obj.(metav1.Object)
+	if !ok {
+		return "", sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
+	}
+
+	// unknownLabel is a valid label value naming no Cluster: reported only
+	// when the binding cannot place the pod either.
+	var unknownLabel string
+	if label, ok := meta.GetLabels()[karmada.ClusterNameLabel]; ok {
+		switch c, found, problem := r.labelCluster(label); {
+		case problem != "":
+			klog.FromContext(ctx).Info("Ignoring invalid cluster label on pod; consulting its ResourceBinding",
+				"pod", klog.KRef(namespace, pod), "label", karmada.ClusterNameLabel, "problem", problem)
+		case !found:
+			unknownLabel = label
+			klog.FromContext(ctx).Info("Pod's cluster label names no known Cluster; consulting its ResourceBinding",
+				"pod", klog.KRef(namespace, pod), "cluster", label)
+		default:
+			if ready, msg := c.Ready(); !ready {
+				return "", sourceLabel, resultClusterNotReady, notReady(namespace, pod, label, msg)
+			}
+			return label, sourceLabel, resultOK, nil
+		}
+	}
+
+	b := r.binding(ctx, namespace, pod, meta)
+	if b == nil || len(b.Spec.Clusters) == 0 {
+		if unknownLabel != "" {
+			return "", sourceLabel, resultClusterNotReady, unregisteredLabelled(namespace, pod, unknownLabel)
+		}
+		return "", sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
+	}
+	cluster, err = r.bindingCluster(ctx, namespace, pod, b)
+	if err != nil {
+		return "", sourceBinding, resultClusterNotReady, err
+	}
+	return cluster, sourceBinding, resultOK, nil
+}
+
+// labelCluster looks up the Cluster a label value names. problem is set when
+// the value is not a DNS-1123 label, which Karmada requires of cluster names.
+func (r *Resolver) labelCluster(value string) (c *karmada.Cluster, found bool, problem string) {
+	c = r.cluster(value)
+	if c != nil && r.validClusterName(value) {
+		return c, true, ""
+	}
+	if errs := validation.IsDNS1123Label(value); len(errs) > 0 {
+		return nil, false, errs[0]
+	}
+	return nil, false, ""
+}
+
+// validClusterName is validation.IsDNS1123Label memoized for the names of
+// Clusters in the cache: the regexp costs a third of a lookup, and keying
+// only by existing Cluster names keeps the memo as small as the fleet
+// whatever label values pods carry.
+func (r *Resolver) validClusterName(name string) bool {
+	if v, ok := r.validNames.Load(name); ok {
+		return v.(bool)
+	}
+	valid := len(validation.IsDNS1123Label(name)) == 0
+	r.validNames.Store(name, valid)
+	return valid
+}
+
+func (r *Resolver) cluster(name string) *karmada.Cluster {
+	obj, exists, err := r.clusters.GetByKey(name)
+	if err != nil || !exists {
+		return nil
+	}
+	c, _ := obj.(*karmada.Cluster)
+	return c
+}
+
+// binding returns the pod's ResourceBinding, or nil. Only bindings in the
+// pod's namespace that point at a core Pod count: anyone able to create a
+// binding elsewhere must not be able to steer this pod's traffic.
+func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta metav1.Object) *karmada.ResourceBinding {
+	objs, err := r.bindings.ByIndex(karmada.BindingsByResourceIndex, karmada.ResourceKey("Pod", namespace, pod))
+	if err != nil {
+		// Only a missing index fails, and New checked for it.
+		klog.FromContext(ctx).Error(err, "Looking up ResourceBinding", "pod", klog.KRef(namespace, pod))
+		return nil
+	}
+	var best *karmada.ResourceBinding
+	qualified := 0
+	for _, obj := range objs {
+		b, ok := obj.(*karmada.ResourceBinding)
+		if !ok || b.Namespace != namespace || b.Spec.Resource.APIVersion != "v1" {
+			continue
+		}
+		qualified++
+		if best == nil || betterBinding(b, best, meta.GetUID()) {
+			best = b
+		}
+	}
+	if qualified > 1 {
+		names := make([]string, 0, len(objs))
+		for _, obj := range objs {
+			if b, ok := obj.(*karmada.ResourceBinding); ok {
+				names = append(names, b.Namespace+"/"+b.Name)
+			}
+		}
+		slices.Sort(names)
+		klog.FromContext(ctx).Info("Several ResourceBindings point at pod; using one",
+			"pod", klog.KRef(namespace, pod), "bindings", names, "chosen", best.Name)
+	}
+	return best
+}
+
+// betterBinding orders bindings of one pod: the one bound to the pod's
+// current UID (a recreated pod may briefly have a stale one), then by name.
+func betterBinding(a, b *karmada.ResourceBinding, podUID types.UID) bool {
+	aMatch := podUID != "" && types.UID(a.Spec.Resource.UID) == podUID
+	bMatch := podUID != "" && types.UID(b.Spec.Resource.UID) == podUID
+	if aMatch != bMatch {
+		return aMatch
+	}
+	return a.Name < b.Name
+}
+
+// bindingCluster picks among b's scheduled clusters; see the package doc.
+func (r *Resolver) bindingCluster(ctx context.Context, namespace, pod string, b *karmada.ResourceBinding) (string, error) {
+	anyApplied := false
+	for _, tc := range b.Spec.Clusters {
+		if b.Applied(tc.Name) {
+			anyApplied = true
+			break
+		}
+	}
+	var (
+		chosen     string
+		firstErr   error
+		candidates int
+	)
+	for _, tc := range b.Spec.Clusters {
+		if anyApplied && !b.Applied(tc.Name) {
+			continue
+		}
+		candidates++
+		if chosen != "" {
+			continue // keep counting candidates
+		}
+		c := r.cluster(tc.Name)
+		switch {
+		case c == nil:
+			if firstErr == nil {
+				firstErr = unregistered(namespace, pod, tc.Name)
+			}
+		default:
+			if ready, msg := c.Ready(); ready {
+				chosen = tc.Name
+			} else if firstErr == nil {
+				firstErr = notReady(namespace, pod, tc.Name, msg)
+			}
+		}
+	}
+	if candidates > 1 {
+		r.ambiguous.Inc()
+		names := make([]string, 0, candidates)
+		for _, tc := range b.Spec.Clusters {
+			if !anyApplied || b.Applied(tc.Name) {
+				names = append(names, tc.Name)
+			}
+		}
+		klog.FromContext(ctx).Info("Pod is scheduled to several clusters; choosing the first ready one in scheduler order",
+			"pod", klog.KRef(namespace, pod), "binding", b.Name, "candidates", names, "appliedOnly", anyApplied, "chosen", chosen)
+	}
+	if chosen == "" {
+		return "", firstErr
+	}
+	return chosen, nil
+}
+
+func unavailable(pod, message string) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: message,
+		Details: &metav1.StatusDetails{Kind: "pods", Name: pod, RetryAfterSeconds: retryAfterSeconds},
+	}}
+}
+
+func notPlaced(namespace, pod string, b *karmada.ResourceBinding) error {
+	if b == nil {
+		return unavailable(pod, fmt.Sprintf("pod %q is not placed on any member cluster: it has no ResourceBinding (is a PropagationPolicy selecting it?)", namespace+"/"+pod))
+	}
+	return unavailable(pod, fmt.Sprintf("pod %q is not placed on any member cluster yet: its ResourceBinding %q has no scheduled clusters", namespace+"/"+pod, b.Name))
+}
+
+func notReady(namespace, pod, cluster, condition string) error {
+	return unavailable(pod, fmt.Sprintf("member cluster %q of pod %q is not ready: %s", cluster, namespace+"/"+pod, condition))
+}
+
+func unregistered(namespace, pod, cluster string) error {
+	return unavailable(pod, fmt.Sprintf("member cluster %q of pod %q is not a registered Karmada Cluster", cluster, namespace+"/"+pod))
+}
+
+func unregisteredLabelled(namespace, pod, cluster string) error {
+	return unavailable(pod, fmt.Sprintf("member cluster %q of pod %q (from its %s label) is not a registered Karmada Cluster, and the pod has no ResourceBinding placement to fall back to",
+		cluster, namespace+"/"+pod, karmada.ClusterNameLabel))
+}
