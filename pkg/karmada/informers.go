@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
@@ -138,4 +139,34 @@ func (i *Informers) HasSynced() bool {
 // WaitForCacheSync blocks until the caches are synced or ctx ends.
 func (i *Informers) WaitForCacheSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), i.Pods.HasSynced, i.Bindings.HasSynced, i.Clusters.HasSynced)
+}
+
+// BindingOf returns the ResourceBinding of the Pod template namespace/name
+// with the given UID, or nil, and how many bindings qualified. Only bindings
+// in the pod's own namespace that bind a core v1 Pod count, so whoever can
+// create a binding elsewhere cannot steer this pod; a binding naming another
+// UID belongs to an earlier pod of the same name. Karmada makes one binding
+// per template; should there be more, the lowest name wins so callers never
+// flap between them.
+func (i *Informers) BindingOf(namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
+	objs, err := i.Bindings.GetIndexer().ByIndex(BindingsByResourceIndex, ResourceKey("Pod", namespace, name))
+	if err != nil {
+		return nil, 0, fmt.Errorf("bindings of pod %s/%s: %w", namespace, name, err)
+	}
+	var best *ResourceBinding
+	qualified := 0
+	for _, obj := range objs {
+		b, ok := obj.(*ResourceBinding)
+		if !ok || b.Namespace != namespace || b.Spec.Resource.APIVersion != "v1" {
+			continue
+		}
+		if ref := types.UID(b.Spec.Resource.UID); ref != "" && uid != "" && ref != uid {
+			continue
+		}
+		qualified++
+		if best == nil || b.Name < best.Name {
+			best = b
+		}
+	}
+	return best, qualified, nil
 }

@@ -2,6 +2,7 @@ package karmada
 
 import (
 	"fmt"
+	"iter"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -126,6 +127,30 @@ func (b *ResourceBinding) Applied(cluster string) bool {
 		}
 	}
 	return false
+}
+
+// CandidateClusters yields, in scheduler (spec.clusters) order, the clusters
+// the workload should be reached on: those the binding reports applied, or
+// every scheduled cluster while none is applied yet. The resolver and the
+// labeler both choose from it, so a label never disagrees with a lookup.
+func (b *ResourceBinding) CandidateClusters() iter.Seq[string] {
+	anyApplied := false
+	for _, c := range b.Spec.Clusters {
+		if b.Applied(c.Name) {
+			anyApplied = true
+			break
+		}
+	}
+	return func(yield func(string) bool) {
+		for _, c := range b.Spec.Clusters {
+			if anyApplied && !b.Applied(c.Name) {
+				continue
+			}
+			if !yield(c.Name) {
+				return
+			}
+		}
+	}
 }
 
 // DeepCopyObject implements runtime.Object.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -411,45 +410,18 @@ func (l *Labeler) sync(ctx context.Context, key string) error {
 	return nil
 }
 
-// bindingFor returns the ResourceBinding of pod, or nil. A binding that
-// names a different UID belongs to an earlier pod of the same name.
+// bindingFor returns the ResourceBinding of pod, or nil (see
+// karmada.Informers.BindingOf for which bindings count).
 func (l *Labeler) bindingFor(pod metav1.Object) (*karmada.ResourceBinding, error) {
-	objs, err := l.bindings.ByIndex(karmada.BindingsByResourceIndex,
-		karmada.ResourceKey("Pod", pod.GetNamespace(), pod.GetName()))
-	if err != nil {
-		return nil, fmt.Errorf("bindings of pod %s/%s: %w", pod.GetNamespace(), pod.GetName(), err)
-	}
-	var found []*karmada.ResourceBinding
-	for _, obj := range objs {
-		b, ok := obj.(*karmada.ResourceBinding)
-		if !ok || b.Spec.Resource.APIVersion != "v1" {
-			continue
-		}
-		if uid := b.Spec.Resource.UID; uid != "" && pod.GetUID() != "" && types.UID(uid) != pod.GetUID() {
-			continue
-		}
-		found = append(found, b)
-	}
-	if len(found) == 0 {
-		return nil, nil
-	}
-	// Karmada makes one binding per template; should there be more, pick
-	// one deterministically so workers never flap between them.
-	return slices.MinFunc(found, func(a, b *karmada.ResourceBinding) int { return strings.Compare(a.Name, b.Name) }), nil
+	b, _, err := l.opts.Informers.BindingOf(pod.GetNamespace(), pod.GetName(), pod.GetUID())
+	return b, err
 }
 
-// preferredCluster is the cluster a binding places its pod on: the first of
-// spec.clusters that status.aggregatedStatus reports applied, else the first
-// of spec.clusters, else "". It is the resolver's rule and should move to a
-// shared karmada.PreferredCluster helper.
+// preferredCluster is the cluster the label should name: the first
+// candidate, the same rule the resolver applies.
 func preferredCluster(b *karmada.ResourceBinding) string {
-	for _, c := range b.Spec.Clusters {
-		if b.Applied(c.Name) {
-			return c.Name
-		}
-	}
-	if len(b.Spec.Clusters) > 0 {
-		return b.Spec.Clusters[0].Name
+	for name := range b.CandidateClusters() {
+		return name
 	}
 	return ""
 }

@@ -17,9 +17,10 @@
 //     nowhere, the 503 names the labelled cluster as unregistered.
 //  3. Binding: the pod's ResourceBinding is found through the spec.resource
 //     index, never by its name, and must live in the pod's namespace and
-//     point at a core v1 Pod (a binding elsewhere cannot steer a pod). When
-//     several qualify, the one whose spec.resource.uid is the pod's UID wins,
-//     then the lowest name; the choice is logged. Candidates are the
+//     point at a core v1 Pod (a binding elsewhere cannot steer a pod); one
+//     naming another spec.resource.uid belongs to an earlier pod of the same
+//     name and is ignored. When several qualify, the lowest name wins and the
+//     choice is logged (karmada.Informers.BindingOf, shared with the labeler). Candidates are the
 //     spec.clusters the binding's aggregatedStatus reports applied=true, or
 //     every spec.clusters entry when none is applied yet. The answer is the
 //     first candidate in spec.clusters order (Karmada's scheduler order) that

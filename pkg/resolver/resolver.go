@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -47,9 +45,9 @@ type Options struct {
 
 // Resolver maps pod templates to member clusters. It is safe for concurrent use.
 type Resolver struct {
-	pods     cache.Indexer
-	bindings cache.Indexer
-	clusters cache.Indexer
+	informers *karmada.Informers
+	pods      cache.Indexer
+	clusters  cache.Indexer
 
 	// counters are resolved once so a lookup does not hash label values.
 	counters  [numSources][numResults]prometheus.Counter
@@ -97,8 +95,8 @@ func New(opts Options) (*Resolver, error) {
 		m = metrics.New(prometheus.NewRegistry())
 	}
 	r := &Resolver{
+		informers: inf,
 		pods:      inf.Pods.GetIndexer(),
-		bindings:  inf.Bindings.GetIndexer(),
 		clusters:  inf.Clusters.GetIndexer(),
 		ambiguous: m.ResolveAmbiguousTotal,
 	}
@@ -209,99 +207,52 @@ func (r *Resolver) cluster(name string) *karmada.Cluster {
 	return c
 }
 
-// binding returns the pod's ResourceBinding, or nil. Only bindings in the
-// pod's namespace that point at a core Pod count: anyone able to create a
-// binding elsewhere must not be able to steer this pod's traffic.
+// binding returns the pod's ResourceBinding, or nil (see
+// karmada.Informers.BindingOf for which bindings count).
 func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta metav1.Object) *karmada.ResourceBinding {
-	objs, err := r.bindings.ByIndex(karmada.BindingsByResourceIndex, karmada.ResourceKey("Pod", namespace, pod))
+	b, qualified, err := r.informers.BindingOf(namespace, pod, meta.GetUID())
 	if err != nil {
 		// Only a missing index fails, and New checked for it.
 		klog.FromContext(ctx).Error(err, "Looking up ResourceBinding", "pod", klog.KRef(namespace, pod))
 		return nil
 	}
-	var best *karmada.ResourceBinding
-	qualified := 0
-	for _, obj := range objs {
-		b, ok := obj.(*karmada.ResourceBinding)
-		if !ok || b.Namespace != namespace || b.Spec.Resource.APIVersion != "v1" {
-			continue
-		}
-		qualified++
-		if best == nil || betterBinding(b, best, meta.GetUID()) {
-			best = b
-		}
-	}
 	if qualified > 1 {
-		names := make([]string, 0, len(objs))
-		for _, obj := range objs {
-			if b, ok := obj.(*karmada.ResourceBinding); ok {
-				names = append(names, b.Namespace+"/"+b.Name)
-			}
-		}
-		slices.Sort(names)
-		klog.FromContext(ctx).Info("Several ResourceBindings point at pod; using one",
-			"pod", klog.KRef(namespace, pod), "bindings", names, "chosen", best.Name)
+		klog.FromContext(ctx).Info("Several ResourceBindings point at pod; using the lowest name",
+			"pod", klog.KRef(namespace, pod), "count", qualified, "chosen", b.Name)
 	}
-	return best
-}
-
-// betterBinding orders bindings of one pod: the one bound to the pod's
-// current UID (a recreated pod may briefly have a stale one), then by name.
-func betterBinding(a, b *karmada.ResourceBinding, podUID types.UID) bool {
-	aMatch := podUID != "" && types.UID(a.Spec.Resource.UID) == podUID
-	bMatch := podUID != "" && types.UID(b.Spec.Resource.UID) == podUID
-	if aMatch != bMatch {
-		return aMatch
-	}
-	return a.Name < b.Name
+	return b
 }
 
 // bindingCluster picks among b's scheduled clusters; see the package doc.
 func (r *Resolver) bindingCluster(ctx context.Context, namespace, pod string, b *karmada.ResourceBinding) (string, error) {
-	anyApplied := false
-	for _, tc := range b.Spec.Clusters {
-		if b.Applied(tc.Name) {
-			anyApplied = true
-			break
-		}
-	}
 	var (
-		chosen     string
-		firstErr   error
-		candidates int
+		chosen   string
+		firstErr error
+		names    []string
 	)
-	for _, tc := range b.Spec.Clusters {
-		if anyApplied && !b.Applied(tc.Name) {
-			continue
-		}
-		candidates++
+	for name := range b.CandidateClusters() {
+		names = append(names, name)
 		if chosen != "" {
-			continue // keep counting candidates
+			continue // keep collecting candidates for the ambiguity report
 		}
-		c := r.cluster(tc.Name)
+		c := r.cluster(name)
 		switch {
 		case c == nil:
 			if firstErr == nil {
-				firstErr = unregistered(namespace, pod, tc.Name)
+				firstErr = unregistered(namespace, pod, name)
 			}
 		default:
 			if ready, msg := c.Ready(); ready {
-				chosen = tc.Name
+				chosen = name
 			} else if firstErr == nil {
-				firstErr = notReady(namespace, pod, tc.Name, msg)
+				firstErr = notReady(namespace, pod, name, msg)
 			}
 		}
 	}
-	if candidates > 1 {
+	if len(names) > 1 {
 		r.ambiguous.Inc()
-		names := make([]string, 0, candidates)
-		for _, tc := range b.Spec.Clusters {
-			if !anyApplied || b.Applied(tc.Name) {
-				names = append(names, tc.Name)
-			}
-		}
 		klog.FromContext(ctx).Info("Pod is scheduled to several clusters; choosing the first ready one in scheduler order",
-			"pod", klog.KRef(namespace, pod), "binding", b.Name, "candidates", names, "appliedOnly", anyApplied, "chosen", chosen)
+			"pod", klog.KRef(namespace, pod), "binding", b.Name, "candidates", names, "chosen", chosen)
 	}
 	if chosen == "" {
 		return "", firstErr
