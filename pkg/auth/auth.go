@@ -1,0 +1,421 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+)
+
+// Defaults for Options.
+const (
+	DefaultCacheTTL         = 10 * time.Second
+	DefaultNegativeCacheTTL = 2 * time.Second
+	DefaultMaxCacheEntries  = 10000
+)
+
+// maxCachedEntryBytes keeps one cache entry small: identities and denial
+// messages carry client-chosen strings (impersonated names), and the entry
+// count bound alone would let a caller park megabytes per entry.
+const maxCachedEntryBytes = 8 << 10
+
+// Result values of metrics.AuthDecisionsTotal.
+const (
+	resultAllowed         = "allowed"
+	resultDenied          = "denied"
+	resultUnauthenticated = "unauthenticated"
+	resultError           = "error"
+)
+
+// Options configures an Authorizer.
+type Options struct {
+	// Client talks to karmada-apiserver with the gateway's own identity; it
+	// needs create on tokenreviews and subjectaccessreviews.
+	Client kubernetes.Interface
+	// ClientCAs verifies client certificates (--client-ca-file). Nil turns
+	// x509 authentication off.
+	ClientCAs *x509.CertPool
+	// CacheTTL is how long authentications and allowed decisions are
+	// reused. Zero means DefaultCacheTTL.
+	CacheTTL time.Duration
+	// NegativeCacheTTL is how long rejected tokens and denials are reused,
+	// short so a fresh RoleBinding takes effect quickly. Zero means
+	// DefaultNegativeCacheTTL; it is capped at CacheTTL.
+	NegativeCacheTTL time.Duration
+	// MaxCacheEntries bounds the cache (least recently used entries go
+	// first). Zero means DefaultMaxCacheEntries.
+	MaxCacheEntries int
+	// Metrics receives AuthDecisionsTotal; nil records nothing.
+	Metrics *metrics.Metrics
+	// Now replaces time.Now, for tests.
+	Now func() time.Time
+}
+
+// Authorizer implements proxy.Authorizer against karmada-apiserver.
+type Authorizer struct {
+	client      kubernetes.Interface
+	clientCAs   *x509.CertPool
+	ttl         time.Duration
+	negativeTTL time.Duration
+	cache       *cache.LRUExpireCache
+	metrics     *metrics.Metrics
+	now         func() time.Time
+}
+
+var _ proxy.Authorizer = (*Authorizer)(nil)
+
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
+
+// New validates opts and returns an Authorizer.
+func New(opts Options) (*Authorizer, error) {
+	if opts.Client == nil {
+		return nil, errors.New("auth: Options.Client is required")
+	}
+	if opts.CacheTTL < 0 || opts.NegativeCacheTTL < 0 || opts.MaxCacheEntries < 0 {
+		return nil, errors.New("auth: cache TTLs and size must not be negative")
+	}
+	a := &Authorizer{
+		client:      opts.Client,
+		clientCAs:   opts.ClientCAs,
+		ttl:         opts.CacheTTL,
+		negativeTTL: opts.NegativeCacheTTL,
+		metrics:     opts.Metrics,
+		now:         opts.Now,
+	}
+	if a.ttl == 0 {
+		a.ttl = DefaultCacheTTL
+	}
+	if a.negativeTTL == 0 {
+		a.negativeTTL = DefaultNegativeCacheTTL
+	}
+	a.negativeTTL = min(a.negativeTTL, a.ttl)
+	if a.now == nil {
+		a.now = time.Now
+	}
+	size := opts.MaxCacheEntries
+	if size == 0 {
+		size = DefaultMaxCacheEntries
+	}
+	a.cache = cache.NewLRUExpireCacheWithClock(size, clockFunc(a.now))
+	return a, nil
+}
+
+// trace notes how one request was answered: the cache label of
+// AuthDecisionsTotal is "hit" only when a cached entry answered it without
+// any call to karmada-apiserver.
+type trace struct{ calledAPI, usedCache bool }
+
+func (t *trace) cacheLabel() string {
+	if t.usedCache && !t.calledAPI {
+		return "hit"
+	}
+	return "miss"
+}
+
+// decision is a cached outcome: of a TokenReview, of the impersonation
+// checks, or of a whole AuthorizePod.
+type decision struct {
+	caller proxy.Caller
+	err    error
+}
+
+// AuthorizePod implements proxy.Authorizer. The whole decision (identity,
+// impersonation and the pod SubjectAccessReview) is cached under the
+// credential's hash, the requested impersonation and the pod request, so a
+// hit costs no API call at all.
+func (a *Authorizer) AuthorizePod(ctx context.Context, r *http.Request, pr proxy.PodRequest) (proxy.Caller, error) {
+	tr := &trace{}
+	caller, err := a.authorizePod(ctx, r, pr, tr)
+	a.record(ctx, "AuthorizePod", caller, err, tr, "namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
+	return caller, err
+}
+
+func (a *Authorizer) authorizePod(ctx context.Context, r *http.Request, pr proxy.PodRequest, tr *trace) (proxy.Caller, error) {
+	cred, imp, err := a.credentialAndImpersonation(ctx, r, tr)
+	if err != nil {
+		return proxy.Caller{}, err
+	}
+	key := cacheKey("pod", cred.key, imp.key(), pr.Namespace, pr.Name, pr.Subresource, pr.Verb())
+	if v, ok := a.cache.Get(key); ok {
+		tr.usedCache = true
+		d := v.(decision)
+		return copyCaller(d.caller), d.err
+	}
+
+	caller, err := a.effectiveCaller(ctx, cred, imp, tr)
+	if err != nil {
+		return proxy.Caller{}, err
+	}
+	attrs := &authorizationv1.ResourceAttributes{
+		Namespace:   pr.Namespace,
+		Verb:        pr.Verb(),
+		Group:       "",
+		Version:     "v1",
+		Resource:    "pods",
+		Subresource: pr.Subresource,
+		Name:        pr.Name,
+	}
+	allowed, reason, err := a.review(ctx, caller, attrs, tr)
+	if err != nil {
+		return proxy.Caller{}, err
+	}
+	if !allowed {
+		err := forbidden(caller.Name, attrs, reason)
+		a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
+		return proxy.Caller{}, err
+	}
+	a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
+	return copyCaller(caller), nil
+}
+
+// Authenticate implements proxy.Authorizer. It honours Impersonate-* headers
+// as AuthorizePod does, so the Caller it returns is the identity the gateway
+// may act as; a caller who may not impersonate gets 403 rather than their own
+// identity, which would silently drop what they asked for. Like AuthorizePod,
+// each call counts as one AuthDecisionsTotal sample.
+func (a *Authorizer) Authenticate(ctx context.Context, r *http.Request) (proxy.Caller, error) {
+	tr := &trace{}
+	caller, err := a.authenticateRequest(ctx, r, tr)
+	a.record(ctx, "Authenticate", caller, err, tr)
+	return caller, err
+}
+
+func (a *Authorizer) authenticateRequest(ctx context.Context, r *http.Request, tr *trace) (proxy.Caller, error) {
+	cred, imp, err := a.credentialAndImpersonation(ctx, r, tr)
+	if err != nil {
+		return proxy.Caller{}, err
+	}
+	caller, err := a.effectiveCaller(ctx, cred, imp, tr)
+	if err != nil {
+		return proxy.Caller{}, err
+	}
+	return copyCaller(caller), nil
+}
+
+// credentialAndImpersonation reads what r presents and asks for. Malformed
+// Impersonate-* headers are reported only once the credential is known to be
+// good, since kube-apiserver authenticates before it looks at impersonation
+// and an unauthenticated client should learn nothing but 401.
+func (a *Authorizer) credentialAndImpersonation(ctx context.Context, r *http.Request, tr *trace) (credential, *impersonation, error) {
+	cred, err := a.credentialOf(r)
+	if err != nil {
+		return credential{}, nil, err
+	}
+	imp, err := parseImpersonation(r.Header)
+	if err != nil {
+		if _, authErr := a.authenticate(ctx, cred, tr); authErr != nil {
+			return credential{}, nil, authErr
+		}
+		return credential{}, nil, err
+	}
+	return cred, imp, nil
+}
+
+// effectiveCaller authenticates cred and applies imp after checking each
+// impersonated item, caching the outcome per credential and impersonation.
+func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *impersonation, tr *trace) (proxy.Caller, error) {
+	requestor, err := a.authenticate(ctx, cred, tr)
+	if err != nil || imp == nil {
+		return requestor, err
+	}
+	key := cacheKey("impersonate", cred.key, imp.key())
+	if v, ok := a.cache.Get(key); ok {
+		tr.usedCache = true
+		d := v.(decision)
+		return d.caller, d.err
+	}
+	for _, attrs := range imp.checks() {
+		allowed, reason, err := a.review(ctx, requestor, attrs, tr)
+		if err != nil {
+			return proxy.Caller{}, err
+		}
+		if !allowed {
+			err := forbidden(requestor.Name, attrs, reason)
+			a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
+			return proxy.Caller{}, err
+		}
+	}
+	caller := imp.caller()
+	a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
+	return caller, nil
+}
+
+// review asks karmada-apiserver whether who may do attrs.
+func (a *Authorizer) review(ctx context.Context, who proxy.Caller, attrs *authorizationv1.ResourceAttributes, tr *trace) (allowed bool, reason string, err error) {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		ResourceAttributes: attrs,
+		User:               who.Name,
+		UID:                who.UID,
+		Groups:             who.Groups,
+		Extra:              toExtraValues(who.Extra),
+	}}
+	tr.calledAPI = true
+	res, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "SubjectAccessReview failed", "user", who.Name, "verb", attrs.Verb, "resource", attrs.Resource, "subresource", attrs.Subresource)
+		return false, "", unavailable("authorization unavailable", err, "")
+	}
+	if res.Status.EvaluationError != "" {
+		klog.FromContext(ctx).V(2).Info("SubjectAccessReview evaluation error", "user", who.Name, "error", res.Status.EvaluationError)
+	}
+	return res.Status.Allowed, res.Status.Reason, nil
+}
+
+// forbidden builds the 403 kube-apiserver's authorization and impersonation
+// filters write (responsewriters.ForbiddenStatusError), message included.
+func forbidden(user string, attrs *authorizationv1.ResourceAttributes, reason string) *apierrors.StatusError {
+	resource := attrs.Resource
+	if attrs.Subresource != "" {
+		resource += "/" + attrs.Subresource
+	}
+	var msg string
+	if attrs.Namespace != "" {
+		msg = fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q", user, attrs.Verb, resource, attrs.Group, attrs.Namespace)
+	} else {
+		msg = fmt.Sprintf("User %q cannot %s resource %q in API group %q at the cluster scope", user, attrs.Verb, resource, attrs.Group)
+	}
+	msg = htmlSanitizer.Replace(msg)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return apierrors.NewForbidden(schema.GroupResource{Group: attrs.Group, Resource: attrs.Resource}, attrs.Name, errors.New(msg))
+}
+
+// htmlSanitizer is the escaping kube-apiserver applies to forbidden messages.
+var htmlSanitizer = strings.NewReplacer(`&`, "&amp;", `<`, "&lt;", `>`, "&gt;")
+
+func unauthorized() *apierrors.StatusError { return apierrors.NewUnauthorized("Unauthorized") }
+
+// unavailableError is a 503 Status for the client that keeps the cause for
+// the gateway's own logs.
+type unavailableError struct {
+	status *apierrors.StatusError
+	cause  error
+	// causeText is cause.Error() with the caller's token removed.
+	causeText string
+}
+
+func (e *unavailableError) Error() string         { return e.status.Error() + ": " + e.causeText }
+func (e *unavailableError) Status() metav1.Status { return e.status.Status() }
+func (e *unavailableError) Unwrap() error         { return e.cause }
+
+func unavailable(msg string, cause error, secret string) error {
+	text := cause.Error()
+	if secret != "" {
+		text = strings.ReplaceAll(text, secret, "[redacted]")
+	}
+	return &unavailableError{status: apierrors.NewServiceUnavailable(msg), cause: cause, causeText: text}
+}
+
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return resultAllowed
+	case apierrors.IsUnauthorized(err):
+		return resultUnauthenticated
+	case apierrors.IsForbidden(err), apierrors.IsBadRequest(err):
+		return resultDenied
+	default:
+		return resultError
+	}
+}
+
+func (a *Authorizer) record(ctx context.Context, op string, caller proxy.Caller, err error, tr *trace, kv ...any) {
+	result := resultOf(err)
+	if a.metrics != nil {
+		a.metrics.AuthDecisionsTotal.WithLabelValues(result, tr.cacheLabel()).Inc()
+	}
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		kv = append(kv, "op", op, "result", result, "cache", tr.cacheLabel(), "user", caller.Name)
+		if err != nil {
+			kv = append(kv, "reason", err.Error())
+		}
+		logger.Info("Auth decision", kv...)
+	}
+}
+
+// store caches v unless it is too big to be worth holding.
+func (a *Authorizer) store(key string, v any, ttl time.Duration, size int) {
+	if size > maxCachedEntryBytes {
+		return
+	}
+	a.cache.Add(key, v, ttl)
+}
+
+// cacheKey hashes length-prefixed fields, so no choice of field values can
+// collide with another and the key size is fixed whatever the client sends.
+func cacheKey(kind string, fields ...string) string {
+	h := sha256.New()
+	writeField(h, kind)
+	for _, f := range fields {
+		writeField(h, f)
+	}
+	return kind + ":" + hex.EncodeToString(h.Sum(nil))
+}
+
+func writeField(h hash.Hash, s string) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	h.Write(n[:])
+	h.Write([]byte(s))
+}
+
+func toExtraValues(extra map[string][]string) map[string]authorizationv1.ExtraValue {
+	if len(extra) == 0 {
+		return nil
+	}
+	out := make(map[string]authorizationv1.ExtraValue, len(extra))
+	for k, v := range extra {
+		out[k] = authorizationv1.ExtraValue(slices.Clone(v))
+	}
+	return out
+}
+
+// copyCaller keeps cached identities immutable when callers append to or
+// edit what they are given.
+func copyCaller(c proxy.Caller) proxy.Caller {
+	c.Groups = slices.Clone(c.Groups)
+	if c.Extra != nil {
+		extra := make(map[string][]string, len(c.Extra))
+		for k, v := range c.Extra {
+			extra[k] = slices.Clone(v)
+		}
+		c.Extra = extra
+	}
+	return c
+}
+
+func callerSize(c proxy.Caller) int {
+	n := len(c.Name) + len(c.UID)
+	for _, g := range c.Groups {
+		n += len(g)
+	}
+	for k, vs := range c.Extra {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return n
+}

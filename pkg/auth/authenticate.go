@@ -1,0 +1,194 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"net/http"
+	"slices"
+	"strings"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	asn1util "k8s.io/apimachinery/pkg/apis/asn1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+)
+
+// Built-in groups kube-apiserver adds or recognises.
+const (
+	groupAuthenticated   = "system:authenticated"
+	groupUnauthenticated = "system:unauthenticated"
+	userAnonymous        = "system:anonymous"
+)
+
+// credentialIDKey is the user extra kube-apiserver sets for x509 callers.
+const credentialIDKey = "authentication.kubernetes.io/credential-id"
+
+// credential is what a request presented, found without calling the API.
+type credential struct {
+	// key identifies the credential in cache keys: a SHA-256, never the
+	// secret itself.
+	key string
+	// token is the bearer token; empty for certificates.
+	token string
+	// cert is the identity of a verified client certificate.
+	cert *proxy.Caller
+}
+
+// credentialOf picks the bearer token, else a verified client certificate,
+// else fails with 401. A certificate is verified on every request (not
+// cached) so expiry is honoured to the second.
+func (a *Authorizer) credentialOf(r *http.Request) (credential, error) {
+	if token, ok := bearerToken(r.Header); ok {
+		sum := sha256.Sum256([]byte(token))
+		return credential{key: "token:" + hex.EncodeToString(sum[:]), token: token}, nil
+	}
+	if a.clientCAs != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		caller, fingerprint, err := a.verifyClientCert(r.TLS)
+		if err != nil {
+			klog.FromContext(r.Context()).V(2).Info("Client certificate rejected", "err", err)
+			return credential{}, unauthorized()
+		}
+		return credential{key: "x509:" + fingerprint, cert: &caller}, nil
+	}
+	return credential{}, unauthorized()
+}
+
+// bearerToken parses Authorization as kube-apiserver's bearertoken
+// authenticator does: scheme case-insensitive, an empty token is no token.
+func bearerToken(h http.Header) (string, bool) {
+	auth := strings.TrimSpace(h.Get("Authorization"))
+	if auth == "" {
+		return "", false
+	}
+	parts := strings.SplitN(auth, " ", 3)
+	if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
+		return "", false
+	}
+	return parts[1], true
+}
+
+// verifyClientCert verifies the peer's chain against ClientCAs for client
+// auth (the TLS server only asks for a certificate) and maps it to a user as
+// kube-apiserver's x509 authenticator does: user CN, groups O, UID from the
+// Kubernetes UID attribute, credential-id the leaf's SHA-256.
+func (a *Authorizer) verifyClientCert(state *tls.ConnectionState) (proxy.Caller, string, error) {
+	leaf := state.PeerCertificates[0]
+	opts := x509.VerifyOptions{
+		Roots:       a.clientCAs,
+		CurrentTime: a.now(),
+		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if len(state.PeerCertificates) > 1 {
+		opts.Intermediates = x509.NewCertPool()
+		for _, c := range state.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+	}
+	if _, err := leaf.Verify(opts); err != nil {
+		return proxy.Caller{}, "", err
+	}
+	if leaf.Subject.CommonName == "" {
+		return proxy.Caller{}, "", errString("client certificate has no common name")
+	}
+	uid, err := certUID(leaf)
+	if err != nil {
+		return proxy.Caller{}, "", err
+	}
+	sum := sha256.Sum256(leaf.Raw)
+	fingerprint := hex.EncodeToString(sum[:])
+	return proxy.Caller{
+		Name:   leaf.Subject.CommonName,
+		UID:    uid,
+		Groups: withAuthenticatedGroup(slices.Clone(leaf.Subject.Organization)),
+		Extra:  map[string][]string{credentialIDKey: {"X509SHA256=" + fingerprint}},
+	}, fingerprint, nil
+}
+
+// certUID reads the one optional UID attribute kube-apiserver 1.33+ maps to
+// the user's UID (AllowParsingUserUIDFromCertAuth, on by default).
+func certUID(cert *x509.Certificate) (string, error) {
+	oid := asn1util.X509UID()
+	var uids []string
+	for _, name := range cert.Subject.Names {
+		if !name.Type.Equal(oid) {
+			continue
+		}
+		uid, ok := name.Value.(string)
+		if !ok || uid == "" {
+			return "", errString("client certificate UID attribute is not a non-empty string")
+		}
+		uids = append(uids, uid)
+	}
+	switch len(uids) {
+	case 0:
+		return "", nil
+	case 1:
+		return uids[0], nil
+	default:
+		return "", errString("client certificate has more than one UID attribute")
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// authenticate returns the identity cred stands for. Token reviews are
+// cached by the token's hash; failures to reach the API are not.
+func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trace) (proxy.Caller, error) {
+	if cred.cert != nil {
+		return *cred.cert, nil
+	}
+	key := cacheKey("token", cred.key)
+	if v, ok := a.cache.Get(key); ok {
+		tr.usedCache = true
+		d := v.(decision)
+		return d.caller, d.err
+	}
+	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: cred.token}}
+	tr.calledAPI = true
+	res, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
+	if err != nil {
+		err = unavailable("authentication unavailable", err, cred.token)
+		klog.FromContext(ctx).Error(err, "TokenReview failed")
+		return proxy.Caller{}, err
+	}
+	// An anonymous identity is not a credential the gateway acts for.
+	if !res.Status.Authenticated || res.Status.User.Username == "" || res.Status.User.Username == userAnonymous {
+		// Status.Error is the authenticators' own text; kube-apiserver does
+		// not show it to clients either.
+		klog.FromContext(ctx).V(2).Info("Token rejected", "reason", strings.ReplaceAll(res.Status.Error, cred.token, "[redacted]"))
+		err := unauthorized()
+		a.cache.Add(key, decision{err: err}, a.negativeTTL)
+		return proxy.Caller{}, err
+	}
+	u := res.Status.User
+	caller := proxy.Caller{
+		Name:   u.Username,
+		UID:    u.UID,
+		Groups: withAuthenticatedGroup(slices.Clone(u.Groups)),
+	}
+	if len(u.Extra) > 0 {
+		caller.Extra = make(map[string][]string, len(u.Extra))
+		for k, v := range u.Extra {
+			caller.Extra[k] = slices.Clone(v)
+		}
+	}
+	a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
+	return caller, nil
+}
+
+// withAuthenticatedGroup adds system:authenticated as kube-apiserver's
+// authenticated-group adder does for every authenticated request (a caller
+// already in either built-in group keeps its groups as they are).
+func withAuthenticatedGroup(groups []string) []string {
+	if slices.Contains(groups, groupAuthenticated) || slices.Contains(groups, groupUnauthenticated) {
+		return groups
+	}
+	return append(groups, groupAuthenticated)
+}

@@ -1,0 +1,13 @@
+// Package auth owns the gateway's authorize mode: it authenticates the
+// caller itself (bearer token by TokenReview, or a client certificate
+// verified against --client-ca-file), applies Impersonate-* headers only
+// when a SubjectAccessReview says the caller may impersonate, and authorizes
+// the original pod subresource request with a SubjectAccessReview against
+// karmada-apiserver, so the gateway can then call the cluster proxy with its
+// own identity.
+//
+// The semantics follow kube-apiserver's authentication, impersonation and
+// authorization filters (messages included), because clients print our
+// errors as they print the apiserver's. Results are cached briefly in a
+// bounded LRU keyed by a SHA-256 of the credential, never the credential.
+package auth
