@@ -1,0 +1,18 @@
+// Package standin is a Karmada stand-in for the end-to-end environment: just
+// enough of karmada-aggregated-apiserver and karmada-controller-manager,
+// behaving like the real ones, that the gateway can be tested against real
+// kube-apiservers without Docker.
+//
+// It owns two things. The aggregated API (cluster.karmada.io/v1alpha1) is an
+// HTTPS server that kube-aggregator in karmada-apiserver proxies to: it
+// authenticates the aggregator's front-proxy certificate, serves in-memory
+// Cluster objects (list, get, watch; Ready kept by probing each member's
+// /readyz) and forwards clusters/{name}/proxy to the member with the
+// impersonator token and Impersonate-* headers for the caller, through
+// apimachinery's UpgradeAwareHandler so exec/attach/portforward upgrades pass.
+// The propagation loop turns Pod templates selected by a PropagationPolicy
+// into a ResourceBinding (scheduled once, then followed when spec.clusters is
+// changed), a Work per cluster and the member Pod, and aggregates member
+// status back into the binding and the template exactly as Karmada's default
+// interpreter does (aggregatePodStatus).
+package standin
