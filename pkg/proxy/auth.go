@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+const (
+	impersonatePrefix      = "Impersonate-"
+	impersonateUser        = "Impersonate-User"
+	impersonateUID         = "Impersonate-Uid"
+	impersonateGroup       = "Impersonate-Group"
+	impersonateExtraPrefix = "Impersonate-Extra-"
+
+	// websocketBearerPrefix is how browsers pass a bearer token to
+	// kube-apiserver in Sec-WebSocket-Protocol.
+	websocketBearerPrefix = "base64url.bearer.authorization.k8s.io."
+)
+
+// requestHeaderIdentity are kube-apiserver's default front-proxy identity
+// headers. They only count when the sender presents a front-proxy client
+// certificate, but a client must never be able to make the gateway send them.
+var requestHeaderIdentity = []string{"X-Remote-User", "X-Remote-Uid", "X-Remote-Group"}
+
+const requestHeaderExtraPrefix = "X-Remote-Extra-"
+
+// StripIdentityHeaders removes every header through which a client could
+// claim an identity upstream: Authorization, every Impersonate-* header
+// (User, Uid, Group, Extra-*, whatever comes next), the default front-proxy
+// X-Remote-* headers, and a bearer token passed as a WebSocket subprotocol.
+// The proxy applies it before sending a request with the gateway's identity;
+// it is exported so other packages strip the same set.
+func StripIdentityHeaders(h http.Header) {
+	for key := range h {
+		if strings.EqualFold(key, "Authorization") ||
+			hasPrefixFold(key, impersonatePrefix) ||
+			hasPrefixFold(key, requestHeaderExtraPrefix) {
+			delete(h, key)
+			continue
+		}
+		for _, name := range requestHeaderIdentity {
+			if strings.EqualFold(key, name) {
+				delete(h, key)
+			}
+		}
+	}
+	stripWebSocketBearer(h)
+}
+
+// stripWebSocketBearer drops only the token entries of Sec-WebSocket-Protocol,
+// keeping every real subprotocol and its order.
+func stripWebSocketBearer(h http.Header) {
+	const key = "Sec-Websocket-Protocol"
+	values, ok := h[key]
+	if !ok {
+		return
+	}
+	var kept []string
+	changed := false
+	for _, v := range values {
+		var protos []string
+		for _, p := range strings.Split(v, ",") {
+			if strings.HasPrefix(strings.TrimSpace(p), websocketBearerPrefix) {
+				changed = true
+				continue
+			}
+			protos = append(protos, strings.TrimSpace(p))
+		}
+		if len(protos) > 0 {
+			kept = append(kept, strings.Join(protos, ", "))
+		}
+	}
+	if !changed {
+		return
+	}
+	if len(kept) == 0 {
+		delete(h, key)
+		return
+	}
+	h[key] = kept
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// setImpersonation makes the gateway's request act as caller, in the header
+// form kube-apiserver's impersonation filter reads (extra keys
+// percent-encoded; the server lower-cases and unescapes them).
+func setImpersonation(h http.Header, caller Caller) {
+	h.Set(impersonateUser, caller.Name)
+	if caller.UID != "" {
+		h.Set(impersonateUID, caller.UID)
+	}
+	for _, g := range caller.Groups {
+		h.Add(impersonateGroup, g)
+	}
+	keys := make([]string, 0, len(caller.Extra))
+	for k := range caller.Extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range caller.Extra[k] {
+			h.Add(impersonateExtraPrefix+escapeExtraKey(k), v)
+		}
+	}
+}
+
+// escapeExtraKey percent-encodes every byte that is not an HTTP token
+// character, and '%' itself, as client-go does for Impersonate-Extra-<key>.
+func escapeExtraKey(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if isTokenByte(c) && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+func isTokenByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// hasBearerToken reports whether r carries a bearer token in Authorization.
+func hasBearerToken(r *http.Request) bool {
+	for _, v := range r.Header.Values("Authorization") {
+		if hasPrefixFold(strings.TrimSpace(v), "bearer ") {
+			return true
+		}
+	}
+	return false
+}
+
+func hasClientCertificate(r *http.Request) bool {
+	return r.TLS != nil && len(r.TLS.PeerCertificates) > 0
+}

@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+)
+
+// canonicalPodPath is an independent statement of the strict parse: DNS-1123
+// label namespace, DNS-1123 subdomain name, one of the four subresources,
+// nothing else, no escapes.
+var canonicalPodPath = regexp.MustCompile(`^/api/v1/namespaces/([a-z0-9]([-a-z0-9]*[a-z0-9])?)/pods/([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/(exec|attach|log|portforward)$`)
+
+func strictParseForTest(escapedPath string) (ns, name, sub string, ok bool) {
+	m := canonicalPodPath.FindStringSubmatch(escapedPath)
+	if m == nil || len(m[1]) > 63 || len(m[3]) > 253 {
+		return "", "", "", false
+	}
+	return m[1], m[3], m[7], true
+}
+
+func FuzzRewrite(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"/api/v1/namespaces/ci/pods/job-42/exec", "command=sh&command=-c&container=build&container=build"},
+		{"/api/v1/namespaces/ci/pods/job.42/log", "follow=true"},
+		{"/api/v1/namespaces/ci/pods/p/portforward", "ports=80"},
+		{"/api/v1/namespaces/ci/pods/p/attach", ""},
+		{"/api/v1/namespaces/ci/pods/a%2Fb/exec", ""},
+		{"/api/v1/namespaces//pods/x/exec", ""},
+		{"/api/v1/namespaces/ci/pods/../exec", ""},
+		{"/api/v1/namespaces/ci/pods/%2e%2e/exec", ""},
+		{"/api/v1/namespaces/ci/pods/x/exec/", ""},
+		{"//api/v1/namespaces/ci/pods/x/exec", ""},
+		{"/api/v1/namespaces/ci/pods/x/ex%65c", "a=%zz;b"},
+		{"/api/v1/namespaces/ci/pods/x/status/../exec", ""},
+		{"/api/v1/namespaces/ci/pods/x/status", "x=1"},
+		{"/api/v1/namespaces/ci/pods/x/proxy/exec", ""},
+		{"/api/v1/namespaces/ci/configmaps/a%2Fb", ""},
+		{"/apis", "timeout=32s"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+
+	var out []*http.Request
+	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}})
+	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		out = append(out, r)
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})
+	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+
+	f.Fuzz(func(t *testing.T, path, query string) {
+		target := path
+		if query != "" {
+			target += "?" + query
+		}
+		if strings.ContainsAny(target, " \r\n\t") {
+			return
+		}
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + target + " HTTP/1.1\r\nHost: gw\r\n\r\n")))
+		if err != nil {
+			return // http.Server would refuse it before the proxy
+		}
+		out = nil
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+
+		// The escaped path as the client sent it, before the query.
+		sentPath, _, _ := strings.Cut(target, "?")
+		if req.URL.Opaque != "" || req.URL.Host != "" {
+			sentPath = req.URL.EscapedPath()
+		}
+		ns, name, sub, canonical := strictParseForTest(sentPath)
+
+		if len(out) > 1 {
+			t.Fatalf("%q: %d upstream requests", target, len(out))
+		}
+		if canonical && req.URL.Opaque == "" {
+			if len(out) != 1 {
+				t.Fatalf("%q: canonical pod request not sent upstream: %d %s", target, rec.Code, rec.Body)
+			}
+			want := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
+			if got := out[0].URL.EscapedPath(); got != want || out[0].URL.Path != want {
+				t.Fatalf("%q: rewritten to %q (Path %q), want %q", target, got, out[0].URL.Path, want)
+			}
+			if out[0].URL.RawQuery != req.URL.RawQuery {
+				t.Fatalf("%q: query %q, want %q", target, out[0].URL.RawQuery, req.URL.RawQuery)
+			}
+			return
+		}
+		if len(out) == 0 {
+			return
+		}
+		// Anything else that went upstream went unchanged, and is not a
+		// rewrite nor a request for one of the four subresources.
+		got := out[0].URL
+		if strings.HasPrefix(got.Path, "/apis/cluster.karmada.io/") && !strings.HasPrefix(req.URL.Path, "/apis/cluster.karmada.io/") {
+			t.Fatalf("%q: rewritten to %q without a strict parse", target, got.Path)
+		}
+		if got.EscapedPath() != req.URL.EscapedPath() || got.Path != req.URL.Path || got.RawQuery != req.URL.RawQuery {
+			t.Fatalf("%q: passthrough changed the target to %q ? %q", target, got.EscapedPath(), got.RawQuery)
+		}
+		if targetsPodSubresource(req.URL) {
+			t.Fatalf("%q: non-canonical pod stream request passed through", target)
+		}
+	})
+}

@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+const testCluster = "member1"
+
+// stubResolver resolves every pod to cluster, or fails with err.
+type stubResolver struct {
+	cluster string
+	err     error
+
+	mu    sync.Mutex
+	calls []string
+}
+
+func (s *stubResolver) Resolve(_ context.Context, namespace, pod string) (string, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, namespace+"/"+pod)
+	s.mu.Unlock()
+	return s.cluster, s.err
+}
+
+// recorded is what an upstream saw of one request.
+type recorded struct {
+	Method     string
+	RequestURI string
+	Path       string
+	RawPath    string
+	RawQuery   string
+	Host       string
+	Header     http.Header
+	Body       []byte
+	ProtoMajor int
+}
+
+// recordingUpstream answers 200 "ok" and records every request.
+type recordingUpstream struct {
+	mu   sync.Mutex
+	reqs []recorded
+}
+
+func (u *recordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	u.mu.Lock()
+	u.reqs = append(u.reqs, recorded{
+		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.RawPath,
+		RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(), Body: body, ProtoMajor: r.ProtoMajor,
+	})
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "ok")
+}
+
+func (u *recordingUpstream) requests() []recorded {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]recorded(nil), u.reqs...)
+}
+
+// tlsUpstreamConfig is a rest.Config trusting srv's certificate.
+func tlsUpstreamConfig(srv *httptest.Server) *rest.Config {
+	return &rest.Config{
+		Host: srv.URL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}),
+		},
+	}
+}
+
+func newTestProxy(t testing.TB, opts Options) *Proxy {
+	t.Helper()
+	if opts.Resolver == nil {
+		opts.Resolver = &stubResolver{cluster: testCluster}
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New(prometheus.NewRegistry())
+	}
+	p, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(p.upstream.closeIdleConnections)
+	return p
+}
+
+// rawRequest parses a request exactly as http.Server does, so the escaped
+// target reaches the proxy byte for byte.
+func rawRequest(t testing.TB, method, target string, header http.Header, body string) *http.Request {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(method + " " + target + " HTTP/1.1\r\nHost: gateway.test\r\n")
+	for k, vs := range header {
+		for _, v := range vs {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	if body != "" {
+		b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
+	}
+	b.WriteString("\r\n" + body)
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(b.String())))
+	if err != nil {
+		t.Fatalf("ReadRequest %q: %v", target, err)
+	}
+	return req
+}
+
+func decodeStatus(t testing.TB, contentType string, body []byte) metav1.Status {
+	t.Helper()
+	if contentType != "application/json" {
+		t.Fatalf("Content-Type = %q, want application/json; body %s", contentType, body)
+	}
+	var st metav1.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("decode Status %s: %v", body, err)
+	}
+	if st.Kind != "Status" || st.APIVersion != "v1" || st.Status != metav1.StatusFailure {
+		t.Fatalf("not a failure Status: %s", body)
+	}
+	return st
+}
+
+// serverTLS is a TLS config for an upstream httptest server whose client
+// hellos are recorded by remote address.
+type helloRecorder struct {
+	mu     sync.Mutex
+	protos map[string][]string
+}
+
+func (h *helloRecorder) config() *tls.Config {
+	h.protos = map[string][]string{}
+	return &tls.Config{
+		NextProtos: []string{"h2", "http/1.1"},
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			h.mu.Lock()
+			h.protos[hello.Conn.RemoteAddr().String()] = append([]string(nil), hello.SupportedProtos...)
+			h.mu.Unlock()
+			return nil, nil
+		},
+	}
+}
+
+func (h *helloRecorder) offered(remoteAddr string) ([]string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, ok := h.protos[remoteAddr]
+	return p, ok
+}
+
+// insecureTestTLS is only for polling a loopback test gateway.
+func insecureTestTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// clientClosedRequest is the code recorded for a request whose client went
+// away before any response (nginx's 499); it is never sent.
+const clientClosedRequest = 499
+
+// upgradeLinger bounds how long an upgraded client connection is kept after
+// upstream ended the stream, for the client to read the rest and close.
+const upgradeLinger = 10 * time.Second
+
+// responseWriter records request metrics when headers are written (101 at
+// hijack) and stream metrics until the request ends. It implements Flusher
+// and Hijacker itself and unwraps for http.ResponseController.
+type responseWriter struct {
+	http.ResponseWriter
+	metrics *metrics.Metrics
+	state   *requestState
+	start   time.Time
+
+	wroteHeader bool
+	hijacked    bool
+	streamStart time.Time
+	streamOpen  bool
+}
+
+func newResponseWriter(w http.ResponseWriter, m *metrics.Metrics, state *requestState) *responseWriter {
+	return &responseWriter{ResponseWriter: w, metrics: m, state: state, start: time.Now()}
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if !w.wroteHeader && !w.hijacked && code >= 200 {
+		w.recordHeader(code)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader && !w.hijacked {
+		w.recordHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *responseWriter) Flush() { _ = w.FlushError() }
+
+func (w *responseWriter) FlushError() error {
+	if !w.wroteHeader && !w.hijacked {
+		w.recordHeader(http.StatusOK)
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack is called by ReverseProxy only after upstream answered 101 with the
+// requested Upgrade type, right before it writes the 101 to the client.
+func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.hijacked = true
+	w.recordHeader(http.StatusSwitchingProtocols)
+	return &upgradedConn{Conn: conn}, brw, nil
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *responseWriter) recordHeader(code int) {
+	w.wroteHeader = true
+	route := w.state.route
+	w.metrics.RequestsTotal.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	w.metrics.RequestDuration.WithLabelValues(route).Observe(time.Since(w.start).Seconds())
+	if code == http.StatusSwitchingProtocols || (w.state.streaming && code >= 200 && code < 300) {
+		w.streamOpen = true
+		w.streamStart = time.Now()
+		w.metrics.ActiveStreams.WithLabelValues(route).Inc()
+	}
+}
+
+// finish runs when the request ends, also while a panic (ErrAbortHandler)
+// unwinds; it never recovers.
+func (w *responseWriter) finish() {
+	if !w.wroteHeader && !w.hijacked {
+		code := http.StatusOK // what net/http sends for a handler that wrote nothing
+		if w.state.clientGone {
+			code = clientClosedRequest
+		}
+		w.recordHeader(code)
+	}
+	if w.streamOpen {
+		route := w.state.route
+		w.metrics.ActiveStreams.WithLabelValues(route).Dec()
+		w.metrics.StreamDuration.WithLabelValues(route).Observe(time.Since(w.streamStart).Seconds())
+	}
+}
+
+// upgradedConn is the client side of an upgraded connection. ReverseProxy
+// calls CloseWrite on it when upstream ends the stream and then waits for
+// the client to close its side; the read deadline bounds that wait, so a
+// client that never closes cannot pin the connection.
+type upgradedConn struct {
+	net.Conn
+}
+
+func (c *upgradedConn) CloseWrite() error {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return c.Conn.Close()
+	}
+	err := cw.CloseWrite()
+	_ = c.Conn.SetReadDeadline(time.Now().Add(upgradeLinger))
+	return err
+}
+
+// isStreamingRequest reports whether r asks for a response that stays open:
+// a watch, or a followed log. Like kube-apiserver's bool query conversion,
+// any value but "false" and "0" is true.
+func isStreamingRequest(route string, u *url.URL) bool {
+	q, _ := url.ParseQuery(u.RawQuery)
+	truthy := func(key string) bool {
+		v, ok := q[key]
+		return ok && len(v) > 0 && v[0] != "false" && v[0] != "0"
+	}
+	if route == metrics.RouteLog {
+		return truthy("follow")
+	}
+	return truthy("watch") || isWatchPath(u.Path)
+}
+
+// isWatchPath matches the legacy /api/v1/watch/... and /apis/<g>/<v>/watch/... paths.
+func isWatchPath(p string) bool {
+	if strings.HasPrefix(p, "/api/v1/watch/") {
+		return true
+	}
+	parts := strings.SplitN(p, "/", 6) // "", "apis", group, version, "watch", rest
+	return len(parts) == 6 && parts[1] == "apis" && parts[4] == "watch"
+}

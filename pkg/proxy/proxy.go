@@ -1,0 +1,421 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// AuthMode selects who authenticates and authorizes requests.
+type AuthMode string
+
+const (
+	// AuthPassthrough forwards the caller's credentials unchanged and never
+	// adds the gateway's: karmada-apiserver decides everything.
+	AuthPassthrough AuthMode = "passthrough"
+	// AuthAuthorize authorizes rewritten routes in the gateway and calls the
+	// cluster proxy with the gateway's identity.
+	AuthAuthorize AuthMode = "authorize"
+)
+
+const upstreamKarmada = "karmada-apiserver"
+
+var podsResource = schema.GroupResource{Resource: "pods"}
+
+// Options configures a Proxy.
+type Options struct {
+	// Upstream is karmada-apiserver, from --kubeconfig or in-cluster config.
+	// Its credentials are the gateway's identity, used only in authorize mode.
+	Upstream *rest.Config
+	// Resolver maps pods to member clusters. Required.
+	Resolver Resolver
+	// AuthMode defaults to AuthPassthrough.
+	AuthMode AuthMode
+	// Authorizer is required in authorize mode.
+	Authorizer Authorizer
+	// Metrics receives request and stream metrics; nil records into a
+	// private registry.
+	Metrics *metrics.Metrics
+}
+
+// Proxy is the gateway's HTTP handler.
+type Proxy struct {
+	upstream   *upstream
+	resolver   Resolver
+	authMode   AuthMode
+	authorizer Authorizer
+	metrics    *metrics.Metrics
+	router     http.Handler
+	reverse    *httputil.ReverseProxy
+
+	// drainCtx parents every request's context; cancelling it cuts them all.
+	drainCtx    context.Context
+	cancelDrain context.CancelFunc
+
+	mu       sync.Mutex
+	draining bool
+	inFlight int
+	idle     chan struct{}
+	idleOnce sync.Once
+}
+
+// New builds a Proxy from opts.
+func New(opts Options) (*Proxy, error) {
+	if opts.Resolver == nil {
+		return nil, errors.New("proxy: a Resolver is required")
+	}
+	switch opts.AuthMode {
+	case "":
+		opts.AuthMode = AuthPassthrough
+	case AuthPassthrough:
+	case AuthAuthorize:
+		if opts.Authorizer == nil {
+			return nil, errors.New("proxy: authorize mode requires an Authorizer")
+		}
+	default:
+		return nil, fmt.Errorf("proxy: unknown auth mode %q", opts.AuthMode)
+	}
+	up, err := newUpstream(opts.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New(prometheus.NewRegistry())
+	}
+	p := &Proxy{
+		upstream:   up,
+		resolver:   opts.Resolver,
+		authMode:   opts.AuthMode,
+		authorizer: opts.Authorizer,
+		metrics:    opts.Metrics,
+		idle:       make(chan struct{}),
+	}
+	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
+	p.reverse = &httputil.ReverseProxy{
+		Rewrite:        p.rewriteRequest,
+		Transport:      roundTripperFunc(p.roundTrip),
+		FlushInterval:  -1,
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   p.handleError,
+		ErrorLog:       log.New(klogWriter{}, "", 0),
+	}
+	p.router = newRouter(p.serveRewrite, p.servePassthrough)
+	return p, nil
+}
+
+// requestState is what the handlers decide about one request, read by the
+// Rewrite hook, the transport, the error handler and the metrics writer.
+type requestState struct {
+	route     string
+	upgrade   bool
+	streaming bool
+	// clientGone marks a request whose client left before any response.
+	clientGone bool
+
+	upstreamName    string // for error messages and logs
+	path, rawPath   string // outbound path below the upstream base path
+	gatewayIdentity bool
+	editHeader      func(http.Header)
+}
+
+type stateKey struct{}
+
+func stateFrom(ctx context.Context) *requestState {
+	s, _ := ctx.Value(stateKey{}).(*requestState)
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	state := &requestState{route: metrics.RoutePassthrough, upstreamName: upstreamKarmada}
+	rw := newResponseWriter(w, p.metrics, state)
+	defer rw.finish()
+
+	if !p.enter() {
+		rw.Header().Set("Connection", "close")
+		writeStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
+		return
+	}
+	defer p.leave()
+
+	// The request keeps the server's context values (ReverseProxy only
+	// aborts a cut stream when it sees it runs under an http.Server) and is
+	// also cancelled when a drain runs out of time.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(p.drainCtx, cancel)
+	defer stop()
+	ctx = context.WithValue(ctx, stateKey{}, state)
+
+	p.router.ServeHTTP(rw, r.WithContext(ctx))
+}
+
+func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	state := stateFrom(ctx)
+	pr, ok := parsePodRequest(r.URL)
+	if !ok { // guardPodRequests already refused these; never rewrite what was not parsed
+		writeStatus(w, apierrors.NewBadRequest("invalid pod subresource path"))
+		return
+	}
+	state.route = pr.Subresource
+	logger := klog.FromContext(ctx).WithValues("namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
+
+	// Authorize before resolving, so placement is not disclosed to callers
+	// who may not use the pod.
+	if p.authMode == AuthAuthorize {
+		caller, err := p.authorizer.AuthorizePod(ctx, r, pr)
+		if err != nil {
+			logger.V(2).Info("Request not authorized", "err", err)
+			writeStatus(w, err)
+			return
+		}
+		logger = logger.WithValues("user", caller.Name)
+		state.gatewayIdentity = true
+		state.editHeader = StripIdentityHeaders
+	}
+
+	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
+	if err != nil {
+		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
+		writeStatus(w, err)
+		return
+	}
+	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
+		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
+		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for pod %s/%s", cluster, pr.Namespace, pr.Name)))
+		return
+	}
+	state.upstreamName = fmt.Sprintf("the cluster proxy for cluster %q", cluster)
+	state.path = karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/"+pr.Namespace+"/pods/"+pr.Name+"/"+pr.Subresource)
+	state.rawPath = ""
+	logger.V(4).Info("Rewriting to cluster proxy", "cluster", cluster)
+	p.forward(w, r)
+}
+
+func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	state := stateFrom(ctx)
+	if targetsPodSubresource(r.URL) {
+		// Unreachable behind guardPodRequests; passthrough must never carry a
+		// pod stream request karmada-apiserver would refuse as host-less.
+		writeStatus(w, apierrors.NewBadRequest("invalid pod subresource path"))
+		return
+	}
+	state.path, state.rawPath = r.URL.Path, r.URL.RawPath
+
+	if p.authMode == AuthAuthorize && !hasBearerToken(r) && hasClientCertificate(r) {
+		// A client certificate cannot be forwarded: the gateway authenticates
+		// it and impersonates the caller with its own identity.
+		caller, err := p.authorizer.Authenticate(ctx, r)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Client certificate not authenticated", "err", err)
+			writeStatus(w, err)
+			return
+		}
+		state.gatewayIdentity = true
+		state.editHeader = func(h http.Header) {
+			StripIdentityHeaders(h)
+			setImpersonation(h, caller)
+		}
+	}
+	p.forward(w, r)
+}
+
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+	state := stateFrom(r.Context())
+	up := upgradeType(r.Header)
+	if up != "" && !isPrintableASCII(up) {
+		writeStatus(w, apierrors.NewBadRequest("invalid Upgrade header"))
+		return
+	}
+	state.upgrade = up != ""
+	state.streaming = isStreamingRequest(state.route, r.URL)
+	p.reverse.ServeHTTP(w, r)
+}
+
+// rewriteRequest is the ReverseProxy Rewrite hook. It points the request at
+// the upstream and undoes ReverseProxy's generic-proxy edits that would
+// break byte-for-byte forwarding.
+func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
+	state := stateFrom(pr.In.Context())
+	out := pr.Out
+	base := p.upstream.base
+	out.URL.Scheme = base.Scheme
+	out.URL.Host = base.Host
+	out.URL.Path = base.Path + state.path
+	out.URL.RawPath = ""
+	if state.rawPath != "" {
+		out.URL.RawPath = base.EscapedPath() + state.rawPath
+	}
+	out.URL.RawQuery = pr.In.URL.RawQuery
+	out.Host = "" // the Host header becomes the upstream's
+
+	connectionTokens := headerTokens(pr.In.Header["Connection"])
+	for _, key := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v, ok := pr.In.Header[key]; ok && !containsFold(connectionTokens, key) {
+			out.Header[key] = append([]string(nil), v...)
+		}
+	}
+	if state.editHeader != nil {
+		state.editHeader(out.Header)
+	}
+}
+
+func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
+	state := stateFrom(req.Context())
+	return p.upstream.transport(state.gatewayIdentity, state.upgrade).RoundTrip(req)
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+var errUpgradeMismatch = errors.New("upstream switched to another protocol than requested")
+
+// modifyResponse refuses a 101 of another Upgrade type than requested, and
+// closes the client connection after a refused upgrade so that nothing the
+// client sends next can be taken for tunnelled bytes.
+func modifyResponse(res *http.Response) error {
+	requested := upgradeType(res.Request.Header)
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		if got := upgradeType(res.Header); requested == "" || !strings.EqualFold(requested, got) {
+			return fmt.Errorf("%w: requested %q, got %q", errUpgradeMismatch, requested, got)
+		}
+		return nil
+	}
+	if requested != "" {
+		res.Header.Set("Connection", "close")
+	}
+	return nil
+}
+
+func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	state := stateFrom(ctx)
+	logger := klog.FromContext(ctx).WithValues("method", r.Method, "path", r.URL.EscapedPath(), "route", state.route, "upstream", state.upstreamName)
+	if rw, ok := w.(*responseWriter); ok && rw.hijacked {
+		logger.V(2).Info("Upgraded stream ended with an error", "err", err)
+		return
+	}
+	switch {
+	case errors.Is(err, errUpgradeMismatch):
+		logger.Info("Refusing upstream protocol switch", "err", err)
+		writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
+			Message: fmt.Sprintf("error upgrading the connection through %s: %v", state.upstreamName, err),
+		}})
+	case ctx.Err() != nil && p.drainCtx.Err() != nil:
+		writeStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
+	case ctx.Err() != nil:
+		// The client went away; there is nobody to answer.
+		logger.V(4).Info("Client cancelled the request", "err", err)
+		state.clientGone = true
+	default:
+		logger.Error(err, "Upstream unreachable")
+		writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("error trying to reach %s: %v", state.upstreamName, err)))
+	}
+}
+
+// Shutdown stops accepting requests (they get 503) and waits for in-flight
+// ones, upgraded and streaming included, to end. When ctx ends first it
+// cancels them all and returns ctx.Err(). Run it alongside
+// http.Server.Shutdown, which does not wait for hijacked connections.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.draining = true
+	if p.inFlight == 0 {
+		p.idleOnce.Do(func() { close(p.idle) })
+	}
+	p.mu.Unlock()
+	defer p.upstream.closeIdleConnections()
+	select {
+	case <-p.idle:
+		return nil
+	case <-ctx.Done():
+		p.cancelDrain()
+		return ctx.Err()
+	}
+}
+
+func (p *Proxy) enter() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.draining {
+		return false
+	}
+	p.inFlight++
+	return true
+}
+
+func (p *Proxy) leave() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inFlight--
+	if p.draining && p.inFlight == 0 {
+		p.idleOnce.Do(func() { close(p.idle) })
+	}
+}
+
+// upgradeType is the requested protocol, as ReverseProxy determines it.
+func upgradeType(h http.Header) string {
+	if !containsFold(headerTokens(h["Connection"]), "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+func headerTokens(values []string) []string {
+	var tokens []string
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				tokens = append(tokens, t)
+			}
+		}
+	}
+	return tokens
+}
+
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func isPrintableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// klogWriter routes ReverseProxy's own log lines (body copy errors of cut
+// streams) to klog at a verbosity that keeps them out of normal logs.
+type klogWriter struct{}
+
+func (klogWriter) Write(b []byte) (int, error) {
+	klog.Background().V(2).Info("Reverse proxy", "msg", strings.TrimSpace(string(b)))
+	return len(b), nil
+}

@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// podSubresources are the pod subresources rewritten to the cluster proxy.
+var podSubresources = []string{"exec", "attach", "log", "portforward"}
+
+func isPodSubresource(s string) bool {
+	for _, sub := range podSubresources {
+		if s == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// newRouter routes the four pod subresources to rewrite and everything else
+// to passthrough. guardPodRequests runs first, so a request reaching chi that
+// addresses a pod stream is already known to be canonical.
+func newRouter(rewrite, passthrough http.HandlerFunc) http.Handler {
+	mux := chi.NewRouter()
+	mux.Use(guardPodRequests)
+	for _, sub := range podSubresources {
+		pattern := "/api/v1/namespaces/{namespace}/pods/{name}/" + sub
+		mux.MethodFunc(http.MethodGet, pattern, rewrite)
+		mux.MethodFunc(http.MethodPost, pattern, rewrite)
+	}
+	mux.MethodNotAllowed(methodNotAllowed)
+	mux.NotFound(passthrough)
+	return mux
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, POST")
+	writeStatus(w, apierrors.NewMethodNotSupported(podsResource, r.Method))
+}
+
+// guardPodRequests answers 400 for every request that targets a pod stream
+// subresource in a form that is not canonical, and 405 for canonical ones
+// with a method other than GET or POST, before anything is sent upstream.
+func guardPodRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			writeStatus(w, apierrors.NewMethodNotSupported(podsResource, r.Method))
+			return
+		}
+		if r.URL.Opaque != "" {
+			writeStatus(w, apierrors.NewBadRequest("the request target must be an absolute path"))
+			return
+		}
+		if !targetsPodSubresource(r.URL) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if _, ok := parsePodRequest(r.URL); !ok {
+			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf(
+				"invalid pod subresource path %q: want /api/v1/namespaces/<namespace>/pods/<name>/<exec|attach|log|portforward> with a DNS-1123 label namespace, a DNS-1123 subdomain name and no percent-encoding",
+				r.URL.EscapedPath())))
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodPost {
+			methodNotAllowed(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// parsePodRequest is the strict parse of a rewritten route. The escaped path
+// must be exactly /api/v1/namespaces/<ns>/pods/<name>/<sub>: no
+// percent-encoding anywhere, no empty or dot segments, no trailing slash, a
+// DNS-1123 label namespace and a DNS-1123 subdomain pod name (what
+// kube-apiserver validates pod names as; it excludes "." and "..").
+func parsePodRequest(u *url.URL) (PodRequest, bool) {
+	if u.Opaque != "" {
+		return PodRequest{}, false
+	}
+	p := u.EscapedPath()
+	if p != u.Path || strings.IndexByte(p, '%') >= 0 {
+		return PodRequest{}, false
+	}
+	segs := strings.Split(p, "/")
+	if len(segs) != 8 || segs[0] != "" || segs[1] != "api" || segs[2] != "v1" ||
+		segs[3] != "namespaces" || segs[5] != "pods" {
+		return PodRequest{}, false
+	}
+	pr := PodRequest{Namespace: segs[4], Name: segs[6], Subresource: segs[7]}
+	if !isPodSubresource(pr.Subresource) ||
+		len(validation.IsDNS1123Label(pr.Namespace)) > 0 ||
+		len(validation.IsDNS1123Subdomain(pr.Name)) > 0 {
+		return PodRequest{}, false
+	}
+	return pr, true
+}
+
+// targetsPodSubresource reports whether some plausible reading of u's path
+// addresses /api/v1/namespaces/*/pods/*/<sub> for one of the rewritten
+// subresources: fully decoded or decoded per segment, with or without dot
+// segments resolved, with empty segments kept or dropped. It is deliberately
+// loose; a request it matches must pass parsePodRequest or is refused.
+func targetsPodSubresource(u *url.URL) bool {
+	readings := [][]string{
+		strings.Split(u.Path, "/"),
+		unescapeSegments(strings.Split(u.EscapedPath(), "/")),
+	}
+	for _, segs := range readings {
+		for _, resolveDots := range []bool{false, true} {
+			for _, dropEmpty := range []bool{false, true} {
+				if podSubresourceShape(normalizeSegments(segs, resolveDots, dropEmpty)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func unescapeSegments(segs []string) []string {
+	out := make([]string, len(segs))
+	for i, s := range segs {
+		if d, err := url.PathUnescape(s); err == nil {
+			out[i] = d
+		} else {
+			out[i] = s
+		}
+	}
+	return out
+}
+
+func normalizeSegments(segs []string, resolveDots, dropEmpty bool) []string {
+	for len(segs) > 0 && segs[0] == "" {
+		segs = segs[1:]
+	}
+	for len(segs) > 0 && segs[len(segs)-1] == "" {
+		segs = segs[:len(segs)-1]
+	}
+	out := make([]string, 0, len(segs))
+	for _, s := range segs {
+		switch {
+		case dropEmpty && s == "":
+		case resolveDots && s == ".":
+		case resolveDots && s == "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func podSubresourceShape(segs []string) bool {
+	return len(segs) == 7 && segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" &&
+		segs[4] == "pods" && isPodSubresource(segs[6])
+}

@@ -1,0 +1,176 @@
+package proxy
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+)
+
+func TestRouting(t *testing.T) {
+	longName := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) // 243
+	ns63 := strings.Repeat("n", 63)
+	proxied := func(ns, name, sub string) string {
+		return karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
+	}
+	tests := []struct {
+		name   string
+		method string
+		target string
+		// wantCode is the gateway's answer; 200 means the upstream answered.
+		wantCode int
+		// wantURI is the exact request target the upstream received.
+		wantURI string
+	}{
+		// Rewritten, query byte for byte.
+		{"exec POST repeated command and container", "POST",
+			"/api/v1/namespaces/ci/pods/job-42/exec?command=sh&command=-c&command=echo%20hi%3B%20exit&container=build&container=build&stdin=true&stdout=true&stderr=true",
+			200, proxied("ci", "job-42", "exec") + "?command=sh&command=-c&command=echo%20hi%3B%20exit&container=build&container=build&stdin=true&stdout=true&stderr=true"},
+		{"exec GET websocket form", "GET", "/api/v1/namespaces/ci/pods/job-42/exec?command=ls&tty=1&stdout=1",
+			200, proxied("ci", "job-42", "exec") + "?command=ls&tty=1&stdout=1"},
+		{"attach", "POST", "/api/v1/namespaces/ci/pods/runner-x/attach?container=build&stdin=true",
+			200, proxied("ci", "runner-x", "attach") + "?container=build&stdin=true"},
+		{"log follow", "GET", "/api/v1/namespaces/ci/pods/p/log?follow=true&timestamps=true&container=build",
+			200, proxied("ci", "p", "log") + "?follow=true&timestamps=true&container=build"},
+		{"portforward", "GET", "/api/v1/namespaces/ci/pods/p/portforward?ports=8080&ports=9090",
+			200, proxied("ci", "p", "portforward") + "?ports=8080&ports=9090"},
+		{"pod name with dots", "GET", "/api/v1/namespaces/ci/pods/job.42.x/log",
+			200, proxied("ci", "job.42.x", "log")},
+		{"longest names", "GET", "/api/v1/namespaces/" + ns63 + "/pods/" + longName + "/log",
+			200, proxied(ns63, longName, "log")},
+		{"no query", "POST", "/api/v1/namespaces/ci/pods/p/exec", 200, proxied("ci", "p", "exec")},
+		{"empty query kept", "POST", "/api/v1/namespaces/ci/pods/p/exec?", 200, proxied("ci", "p", "exec") + "?"},
+		{"odd query encodings kept", "POST",
+			"/api/v1/namespaces/ci/pods/p/exec?command=a%2Fb&command=%E2%9C%93&x=;y&z=%zz&empty=&=v&&+plus=a+b&command=%2e%2e",
+			200, proxied("ci", "p", "exec") + "?command=a%2Fb&command=%E2%9C%93&x=;y&z=%zz&empty=&=v&&+plus=a+b&command=%2e%2e"},
+
+		// Targets a rewritten subresource but is not canonical: 400.
+		{"encoded slash in name", "POST", "/api/v1/namespaces/ci/pods/a%2Fb/exec", 400, ""},
+		{"encoded slash lower case", "POST", "/api/v1/namespaces/ci/pods/a%2fb/exec", 400, ""},
+		{"empty namespace", "POST", "/api/v1/namespaces//pods/x/exec", 400, ""},
+		{"empty name", "POST", "/api/v1/namespaces/ci/pods//exec", 400, ""},
+		{"dot dot name", "POST", "/api/v1/namespaces/ci/pods/../exec", 400, ""},
+		{"dot name", "POST", "/api/v1/namespaces/ci/pods/./exec", 400, ""},
+		{"encoded dot dot", "POST", "/api/v1/namespaces/ci/pods/%2e%2e/exec", 400, ""},
+		{"trailing slash", "POST", "/api/v1/namespaces/ci/pods/x/exec/", 400, ""},
+		{"trailing slashes", "GET", "/api/v1/namespaces/ci/pods/x/log//", 400, ""},
+		{"leading double slash", "POST", "//api/v1/namespaces/ci/pods/x/exec", 400, ""},
+		{"inner double slash", "POST", "/api/v1/namespaces/ci/pods/x//exec", 400, ""},
+		{"encoded subresource", "POST", "/api/v1/namespaces/ci/pods/x/ex%65c", 400, ""},
+		{"encoded namespace", "POST", "/api/v1/namespaces/c%69/pods/x/exec", 400, ""},
+		{"encoded literal segment", "GET", "/api/v1/namespaces/ci/p%6fds/x/log", 400, ""},
+		{"encoded slash before subresource", "POST", "/api/v1/namespaces/ci/pods/x%2Fexec", 400, ""},
+		{"dot segments to exec", "POST", "/api/v1/namespaces/ci/pods/x/status/../exec", 400, ""},
+		{"dot segment before", "POST", "/api/v1/./namespaces/ci/pods/x/exec", 400, ""},
+		{"upper case name", "POST", "/api/v1/namespaces/ci/pods/X/exec", 400, ""},
+		{"upper case namespace", "POST", "/api/v1/namespaces/CI/pods/x/exec", 400, ""},
+		{"namespace with dot", "POST", "/api/v1/namespaces/ci.x/pods/x/exec", 400, ""},
+		{"name starting with dash", "POST", "/api/v1/namespaces/ci/pods/-x/exec", 400, ""},
+		{"name too long", "GET", "/api/v1/namespaces/ci/pods/" + strings.Repeat("a", 254) + "/log", 400, ""},
+		{"namespace too long", "GET", "/api/v1/namespaces/" + strings.Repeat("n", 64) + "/pods/x/log", 400, ""},
+		{"percent in name", "GET", "/api/v1/namespaces/ci/pods/x%41/log", 400, ""},
+		{"non canonical wrong method still 400", "DELETE", "/api/v1/namespaces/ci/pods/a%2Fb/exec", 400, ""},
+
+		// Canonical, wrong method: 405.
+		{"PUT exec", "PUT", "/api/v1/namespaces/ci/pods/x/exec", 405, ""},
+		{"DELETE log", "DELETE", "/api/v1/namespaces/ci/pods/x/log", 405, ""},
+		{"PATCH attach", "PATCH", "/api/v1/namespaces/ci/pods/x/attach", 405, ""},
+		{"HEAD portforward", "HEAD", "/api/v1/namespaces/ci/pods/x/portforward", 405, ""},
+		{"OPTIONS exec", "OPTIONS", "/api/v1/namespaces/ci/pods/x/exec", 405, ""},
+
+		// Passed through unchanged.
+		{"pod", "GET", "/api/v1/namespaces/ci/pods/x", 200, "/api/v1/namespaces/ci/pods/x"},
+		{"pod status", "PATCH", "/api/v1/namespaces/ci/pods/x/status", 200, "/api/v1/namespaces/ci/pods/x/status"},
+		{"eviction", "POST", "/api/v1/namespaces/ci/pods/x/eviction", 200, "/api/v1/namespaces/ci/pods/x/eviction"},
+		{"binding", "POST", "/api/v1/namespaces/ci/pods/x/binding", 200, "/api/v1/namespaces/ci/pods/x/binding"},
+		{"ephemeralcontainers", "PATCH", "/api/v1/namespaces/ci/pods/x/ephemeralcontainers", 200, "/api/v1/namespaces/ci/pods/x/ephemeralcontainers"},
+		{"resize", "PATCH", "/api/v1/namespaces/ci/pods/x/resize", 200, "/api/v1/namespaces/ci/pods/x/resize"},
+		{"pod proxy to a path named exec", "GET", "/api/v1/namespaces/ci/pods/x:8080/proxy/exec", 200, "/api/v1/namespaces/ci/pods/x:8080/proxy/exec"},
+		{"pod proxy with encoding", "GET", "/api/v1/namespaces/ci/pods/x/proxy/a%2Fb?q=%zz;x", 200, "/api/v1/namespaces/ci/pods/x/proxy/a%2Fb?q=%zz;x"},
+		{"service proxy", "GET", "/api/v1/namespaces/ci/services/https:svc:443/proxy/ws?x=1", 200, "/api/v1/namespaces/ci/services/https:svc:443/proxy/ws?x=1"},
+		{"pods watch list", "GET", "/api/v1/namespaces/ci/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&fieldSelector=status.phase%3DRunning%2Cmetadata.name%3Djob-42",
+			200, "/api/v1/namespaces/ci/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&fieldSelector=status.phase%3DRunning%2Cmetadata.name%3Djob-42"},
+		{"encoded configmap name kept", "GET", "/api/v1/namespaces/ci/configmaps/a%2Fb", 200, "/api/v1/namespaces/ci/configmaps/a%2Fb"},
+		{"discovery", "GET", "/apis?timeout=32s", 200, "/apis?timeout=32s"},
+		{"version", "GET", "/version", 200, "/version"},
+		{"openapi", "GET", "/openapi/v3/api/v1?hash=ABC", 200, "/openapi/v3/api/v1?hash=ABC"},
+		{"ssar", "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", 200, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"},
+		{"exec of a non-pod resource", "POST", "/api/v1/namespaces/ci/services/x/exec", 200, "/api/v1/namespaces/ci/services/x/exec"},
+		{"upper case subresource is not exec", "POST", "/api/v1/namespaces/ci/pods/x/EXEC", 200, "/api/v1/namespaces/ci/pods/x/EXEC"},
+		{"root", "GET", "/", 200, "/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &recordingUpstream{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}})
+
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, nil, ""))
+
+			reqs := up.requests()
+			if rec.Code != tt.wantCode {
+				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
+			}
+			if tt.wantCode != http.StatusOK {
+				if len(reqs) != 0 {
+					t.Fatalf("rejected request reached the upstream: %+v", reqs)
+				}
+				st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+				if int(st.Code) != tt.wantCode {
+					t.Fatalf("Status code = %d, want %d", st.Code, tt.wantCode)
+				}
+				return
+			}
+			if len(reqs) != 1 {
+				t.Fatalf("upstream got %d requests, want 1", len(reqs))
+			}
+			got := reqs[0]
+			if got.RequestURI != tt.wantURI {
+				t.Errorf("upstream request URI\n got %q\nwant %q", got.RequestURI, tt.wantURI)
+			}
+			if got.Method != tt.method {
+				t.Errorf("method = %q, want %q", got.Method, tt.method)
+			}
+			if want := strings.TrimPrefix(srv.URL, "http://"); got.Host != want {
+				t.Errorf("Host = %q, want upstream host %q", got.Host, want)
+			}
+		})
+	}
+}
+
+// TestRewriteSetsPathAndRawPath checks the outbound URL fields, not only the
+// bytes on the wire.
+func TestRewriteSetsPathAndRawPath(t *testing.T) {
+	var got []*http.Request
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1/prefix/"}})
+	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		got = append(got, r)
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})
+	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+
+	for _, tc := range []struct{ target, path, rawPath, query string }{
+		{"/api/v1/namespaces/ci/pods/p/exec?command=a%2Fb&x=;", "/prefix" + karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/exec"), "", "command=a%2Fb&x=;"},
+		{"/api/v1/namespaces/ci/configmaps/a%2Fb?q=1", "/prefix/api/v1/namespaces/ci/configmaps/a/b", "/prefix/api/v1/namespaces/ci/configmaps/a%2Fb", "q=1"},
+	} {
+		got = nil
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, rawRequest(t, "POST", tc.target, nil, ""))
+		if len(got) != 1 {
+			t.Fatalf("%s: %d upstream requests; code %d %s", tc.target, len(got), rec.Code, rec.Body)
+		}
+		u := got[0].URL
+		if u.Path != tc.path || u.RawPath != tc.rawPath || u.RawQuery != tc.query {
+			t.Errorf("%s: got Path %q RawPath %q RawQuery %q, want %q %q %q", tc.target, u.Path, u.RawPath, u.RawQuery, tc.path, tc.rawPath, tc.query)
+		}
+		if u.Host != "127.0.0.1:1" || got[0].Host != "" {
+			t.Errorf("%s: URL host %q, Host %q", tc.target, u.Host, got[0].Host)
+		}
+	}
+}

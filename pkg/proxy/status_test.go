@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+)
+
+func TestErrorsAreStatus(t *testing.T) {
+	up := &recordingUpstream{}
+	upstream := httptest.NewServer(up)
+	defer upstream.Close()
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	downAddr := closed.Addr().String()
+	closed.Close()
+
+	tests := []struct {
+		name        string
+		upstream    string
+		resolver    *stubResolver
+		target      string
+		wantCode    int32
+		wantReason  metav1.StatusReason
+		wantMessage string
+	}{
+		{"pod not found", upstream.URL,
+			&stubResolver{err: apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x")},
+			"/api/v1/namespaces/ci/pods/x/exec", 404, metav1.StatusReasonNotFound, `pods "x" not found`},
+		{"cluster not ready", upstream.URL,
+			&stubResolver{err: apierrors.NewServiceUnavailable(`cluster "member1" is not ready`)},
+			"/api/v1/namespaces/ci/pods/x/log", 503, metav1.StatusReasonServiceUnavailable, `cluster "member1" is not ready`},
+		{"not placed conflict", upstream.URL,
+			&stubResolver{err: apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "x", errors.New("scheduled to member1 and member2"))},
+			"/api/v1/namespaces/ci/pods/x/attach", 409, metav1.StatusReasonConflict, "member1 and member2"},
+		{"plain resolver error is internal", upstream.URL,
+			&stubResolver{err: errors.New("cache exploded")},
+			"/api/v1/namespaces/ci/pods/x/exec", 500, metav1.StatusReasonInternalError, "cache exploded"},
+		{"invalid cluster name from resolver", upstream.URL,
+			&stubResolver{cluster: "../../secrets"},
+			"/api/v1/namespaces/ci/pods/x/exec", 500, metav1.StatusReasonInternalError, "invalid member cluster name"},
+		{"karmada-apiserver down", "http://" + downAddr,
+			&stubResolver{cluster: testCluster},
+			"/api/v1/namespaces/ci/pods", 503, metav1.StatusReasonServiceUnavailable, "error trying to reach karmada-apiserver"},
+		{"cluster proxy down", "http://" + downAddr,
+			&stubResolver{cluster: testCluster},
+			"/api/v1/namespaces/ci/pods/x/exec", 503, metav1.StatusReasonServiceUnavailable, `error trying to reach the cluster proxy for cluster "member1"`},
+		{"bad path", upstream.URL, &stubResolver{cluster: testCluster},
+			"/api/v1/namespaces/ci/pods/a%2Fb/exec", 400, metav1.StatusReasonBadRequest, "invalid pod subresource path"},
+		{"bad method", upstream.URL, &stubResolver{cluster: testCluster},
+			"/api/v1/namespaces/ci/pods/x/exec", 405, metav1.StatusReasonMethodNotAllowed, "not supported"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: tt.upstream}, Resolver: tt.resolver})
+			gw := httptest.NewServer(p)
+			defer gw.Close()
+			method := "POST"
+			if tt.wantCode == 405 {
+				method = "PUT"
+			}
+			before := len(up.requests())
+			req, _ := http.NewRequest(method, gw.URL+tt.target, nil)
+			req.URL.Opaque = "//" + req.URL.Host + tt.target // keep the escaping
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != int(tt.wantCode) {
+				t.Fatalf("HTTP %d, want %d: %s", resp.StatusCode, tt.wantCode, body)
+			}
+			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			if st.Code != tt.wantCode || st.Reason != tt.wantReason || !strings.Contains(st.Message, tt.wantMessage) {
+				t.Errorf("Status code %d reason %q message %q; want %d %q containing %q", st.Code, st.Reason, st.Message, tt.wantCode, tt.wantReason, tt.wantMessage)
+			}
+			if tt.upstream == upstream.URL && len(up.requests()) != before {
+				t.Errorf("an error answered by the gateway reached the upstream")
+			}
+		})
+	}
+}
+
+func TestStatusFor(t *testing.T) {
+	st := statusFor(errors.New("boom"))
+	if st.Code != 500 || st.Reason != metav1.StatusReasonInternalError || st.Kind != "Status" || st.APIVersion != "v1" {
+		t.Errorf("plain error: %+v", st)
+	}
+	wrapped := statusFor(errors.Join(errors.New("ctx"), apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errors.New("no"))))
+	if wrapped.Code != 403 || wrapped.Reason != metav1.StatusReasonForbidden {
+		t.Errorf("wrapped APIStatus: %+v", wrapped)
+	}
+}
