@@ -35,24 +35,6 @@ const (
 // cost; kube-apiserver has no such bound but authorizes in process.
 const maxImpersonationChecks = 256
 
-// StripIdentityHeaders removes every header a client could use to claim an
-// identity upstream: Authorization and every Impersonate-* header (User,
-// Group, Uid, Extra-*, and any future one), matched case-insensitively so
-// that keys set without canonicalisation cannot slip through. The proxy calls
-// it before forwarding with the gateway's own credentials.
-func StripIdentityHeaders(h http.Header) {
-	for k := range h {
-		if isIdentityHeader(k) {
-			delete(h, k)
-		}
-	}
-}
-
-func isIdentityHeader(name string) bool {
-	return (len(name) == len("authorization") && hasPrefixFoldASCII(name, "authorization")) ||
-		hasPrefixFoldASCII(name, impersonatePrefix)
-}
-
 // hasPrefixFoldASCII reports whether s starts with the lower-case ASCII
 // prefix, ignoring ASCII case only: HTTP header names are ASCII tokens, and
 // Go canonicalises them with ASCII rules, so that is the equivalence that

@@ -1,0 +1,85 @@
+package proxy
+
+import (
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestStripIdentityHeaders(t *testing.T) {
+	in := http.Header{
+		"Authorization":                {"Bearer x"},
+		"authorization":                {"Bearer y"},
+		"Impersonate-User":             {"bob"},
+		"impersonate-user":             {"bob"},
+		"IMPERSONATE-GROUP":            {"system:masters"},
+		"Impersonate-Uid":              {"1"},
+		"Impersonate-Extra-Foo":        {"bar"},
+		"impersonate-extra-scopes%2fx": {"y"},
+		"Impersonate-Future-Thing":     {"z"},
+		"Impersonate-":                 {"z"},
+		"X-Remote-User":                {"admin"},
+		"x-remote-group":               {"system:masters"},
+		"X-Remote-Extra-Scopes":        {"all"},
+		"Sec-Websocket-Protocol":       {"base64url.bearer.authorization.k8s.io.dG9rZW4, v5.channel.k8s.io", "v4.channel.k8s.io"},
+		"Content-Type":                 {"application/json"},
+		"X-Impersonate-User":           {"kept"},
+		"Authorization-Hint":           {"kept"},
+		"Impersonate":                  {"kept"},
+		"X-Stream-Protocol-Version":    {"v4.channel.k8s.io", "channel.k8s.io"},
+	}
+	StripIdentityHeaders(in)
+	want := http.Header{
+		"Sec-Websocket-Protocol":    {"v5.channel.k8s.io", "v4.channel.k8s.io"},
+		"Content-Type":              {"application/json"},
+		"X-Impersonate-User":        {"kept"},
+		"Authorization-Hint":        {"kept"},
+		"Impersonate":               {"kept"},
+		"X-Stream-Protocol-Version": {"v4.channel.k8s.io", "channel.k8s.io"},
+	}
+	if !reflect.DeepEqual(in, want) {
+		t.Errorf("after strip = %v, want %v", in, want)
+	}
+}
+
+// identityHeaderOracle decides independently of StripIdentityHeaders, by
+// ASCII lower-casing and by what Go canonicalises the name to upstream.
+func identityHeaderOracle(name string) bool {
+	lower := strings.ToLower(name)
+	canonical := http.CanonicalHeaderKey(name)
+	return lower == "authorization" || strings.HasPrefix(lower, "impersonate-") ||
+		canonical == "Authorization" || strings.HasPrefix(canonical, "Impersonate-") ||
+		strings.HasPrefix(lower, "x-remote-")
+}
+
+func FuzzStripIdentityHeaders(f *testing.F) {
+	f.Add("impersonate-user", "bob", "Impersonate-Extra-Foo", "bar", "authorization")
+	f.Add("IMPERSONATE-GROUP", "system:masters", "impersonate-uid", "0", "AUTHORIZATION")
+	f.Add("Impersonate-Extra-a%2Fb", "x", "X-Impersonate-User", "kept", "Content-Type")
+	f.Add("iMpErSoNaTe-", "", "authorization ", "x", "Impersonate")
+	f.Add("Authorization", "Bearer t", "imperſonate-user", "unicode s", "Impersonate-Extra-")
+	f.Add("X-Remote-User", "admin", "x-remote-extra-a", "b", "X-Remote-Group")
+	f.Fuzz(func(t *testing.T, rawKey, rawValue, addKey, addValue, nilKey string) {
+		h := http.Header{"X-Keep": {"1"}}
+		h[rawKey] = append(h[rawKey], rawValue)
+		h.Add(addKey, addValue)
+		h[nilKey] = nil
+		before := map[string]bool{}
+		for k := range h {
+			before[k] = true
+		}
+		StripIdentityHeaders(h)
+		for k := range before {
+			if _, kept := h[k]; kept && identityHeaderOracle(k) {
+				t.Errorf("identity header %q survived", k)
+			}
+		}
+		if _, kept := h["X-Keep"]; !kept {
+			t.Error("X-Keep, not an identity header, was stripped")
+		}
+		if h.Get("Authorization") != "" {
+			t.Error("Authorization survived")
+		}
+	})
+}
