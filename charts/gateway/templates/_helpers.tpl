@@ -1,0 +1,132 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gateway.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gateway.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: karmada-exec-gateway
+{{- end -}}
+
+{{- define "gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gateway.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gateway.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gateway.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "gateway.fullname" .)) .Values.tls.secretName -}}
+{{- end -}}
+
+{{- define "gateway.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Cross-field checks the schema cannot express with a clear message. */}}
+{{- define "gateway.validate" -}}
+{{- if and .Values.auth.clientCA.secretName (ne .Values.auth.mode "authorize") -}}
+{{- fail "auth.clientCA.secretName is only used with auth.mode=authorize: in passthrough mode a client certificate cannot be forwarded upstream" -}}
+{{- end -}}
+{{- if and .Values.auth.clientCA.secretName (eq .Values.tls.source "none") -}}
+{{- fail "auth.clientCA.secretName needs TLS serving: client certificates cannot be presented over plain HTTP (tls.source=none)" -}}
+{{- end -}}
+{{- if and (eq .Values.tls.source "certManager") (not .Values.tls.certManager.issuerRef.name) -}}
+{{- fail "tls.certManager.issuerRef.name is required when tls.source=certManager" -}}
+{{- end -}}
+{{- $id := .Values.karmada.identity -}}
+{{- if and .Values.karmadaResources.rbac (not (or $id.user $id.groups $id.serviceAccount.name)) -}}
+{{- fail "karmada.identity needs a user, groups or a serviceAccount: the karmada-apiserver RBAC binds to the identity of karmada.kubeconfigSecret" -}}
+{{- end -}}
+{{- if and $id.serviceAccount.name (not $id.serviceAccount.namespace) -}}
+{{- fail "karmada.identity.serviceAccount.namespace is required with karmada.identity.serviceAccount.name" -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" .Values.terminationGracePeriodSeconds)) (le (int .Values.terminationGracePeriodSeconds) (int .Values.shutdownGracePeriodSeconds)) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed shutdownGracePeriodSeconds (%v), or the kubelet kills streams before they drain" .Values.terminationGracePeriodSeconds .Values.shutdownGracePeriodSeconds) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* RBAC subjects for the gateway's identity in karmada-apiserver (and, through the cluster proxy's impersonation, in members). */}}
+{{- define "gateway.identitySubjects" -}}
+{{- $id := .Values.karmada.identity -}}
+{{- if $id.user }}
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: {{ $id.user | quote }}
+{{- end }}
+{{- range $id.groups }}
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: {{ . | quote }}
+{{- end }}
+{{- with $id.serviceAccount }}
+{{- if .name }}
+- kind: ServiceAccount
+  name: {{ .name | quote }}
+  namespace: {{ .namespace | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The groups Karmada's unified-auth controller needs on the clusters/proxy
+binding of a ServiceAccount, or members answer `cannot impersonate resource
+"groups"`. Only ever added to that binding: anything else bound to them would
+be granted to every ServiceAccount in karmada-apiserver.
+*/}}
+{{- define "gateway.serviceAccountGroupSubjects" -}}
+{{- with .Values.karmada.identity.serviceAccount }}
+{{- if .name }}
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: system:serviceaccounts
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: {{ printf "system:serviceaccounts:%s" .namespace | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "gateway.leaseNeeded" -}}
+{{- if and .Values.labeler.enabled .Values.labeler.leaderElection.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "gateway.terminationGracePeriodSeconds" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add (int .Values.shutdownGracePeriodSeconds) 15 -}}
+{{- else -}}
+{{- int .Values.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}

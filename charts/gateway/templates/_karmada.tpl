@@ -1,0 +1,192 @@
+{{/*
+The objects that live in karmada-apiserver, not in the host cluster: the
+gateway identity's RBAC, the Pod status interpreter and, in authorize mode, the
+member-cluster RBAC with the ClusterPropagationPolicy that sends it to every
+member. target=host ships them in a ConfigMap for the hook Job;
+target=karmadaApiserver renders them as release resources.
+*/}}
+{{- define "gateway.karmadaRBAC" -}}
+{{- $name := include "gateway.fullname" . -}}
+{{- $authorize := eq .Values.auth.mode "authorize" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+rules:
+  # resolver cache; the labeler's label patch
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [get, list, watch, patch]
+  # placement
+  - apiGroups: [work.karmada.io]
+    resources: [resourcebindings]
+    verbs: [get, list, watch]
+  # cluster readiness
+  - apiGroups: [cluster.karmada.io]
+    resources: [clusters]
+    verbs: [get, list, watch]
+{{- if $authorize }}
+  # authorize mode: authenticate and authorize callers
+  - apiGroups: [authentication.k8s.io]
+    resources: [tokenreviews]
+    verbs: [create]
+  - apiGroups: [authorization.k8s.io]
+    resources: [subjectaccessreviews]
+    verbs: [create]
+{{- if .Values.auth.clientCA.secretName }}
+  # authorize mode with client certificates: non-pod routes go upstream as the caller
+  - apiGroups: [""]
+    resources: [users, groups]
+    verbs: [impersonate]
+  - apiGroups: [authentication.k8s.io]
+    resources: [uids, userextras/*]
+    verbs: [impersonate]
+{{- end }}
+{{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}
+subjects:
+  {{- include "gateway.identitySubjects" . | indent 2 }}
+{{- if $authorize }}
+---
+# authorize mode: the gateway calls the cluster proxy as itself. A binding of
+# its own, because a ServiceAccount identity also needs its groups listed here
+# (see gateway.serviceAccountGroupSubjects): every ServiceAccount then gets
+# clusters/proxy, which lets it act in a member only with the RBAC its own
+# identity has there.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}-cluster-proxy
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+rules:
+  - apiGroups: [cluster.karmada.io]
+    resources: [clusters/proxy]
+    verbs: [get, create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}-cluster-proxy
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}-cluster-proxy
+subjects:
+  {{- include "gateway.identitySubjects" . | indent 2 }}
+  {{- include "gateway.serviceAccountGroupSubjects" . | indent 2 }}
+{{- end }}
+{{- if include "gateway.leaseNeeded" . }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}-leader-election
+  namespace: {{ .Values.labeler.leaderElection.namespace }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+rules:
+  # labeler leader election
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, create, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}-leader-election
+  namespace: {{ .Values.labeler.leaderElection.namespace }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}-leader-election
+subjects:
+  {{- include "gateway.identitySubjects" . | indent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Member-cluster RBAC (authorize mode): templates in karmada-apiserver, propagated to every member. */}}
+{{- define "gateway.memberRBAC" -}}
+{{- $name := printf "%s-member" (include "gateway.fullname" .) -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+rules:
+  # The cluster proxy impersonates the gateway's identity in the member. get as
+  # well as create: members older than 1.35 authorize WebSocket GET as get.
+  - apiGroups: [""]
+    resources: [pods/exec, pods/attach, pods/portforward]
+    verbs: [get, create]
+  - apiGroups: [""]
+    resources: [pods/log]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}
+subjects:
+  {{- include "gateway.identitySubjects" . | indent 2 }}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: ClusterPropagationPolicy
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+spec:
+  resourceSelectors:
+    - apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      name: {{ $name }}
+    - apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRoleBinding
+      name: {{ $name }}
+  placement:
+    {{- toYaml .Values.karmadaResources.memberPlacement | nindent 4 }}
+{{- end -}}
+
+{{/* Every karmada-apiserver object this release wants, as one multi-document string. */}}
+{{- define "gateway.karmadaManifests" -}}
+{{- $docs := list -}}
+{{- if .Values.karmadaResources.rbac -}}
+{{- $docs = append $docs (include "gateway.karmadaRBAC" .) -}}
+{{- end -}}
+{{- if and .Values.karmadaResources.memberRBAC (eq .Values.auth.mode "authorize") -}}
+{{- $docs = append $docs (include "gateway.memberRBAC" .) -}}
+{{- end -}}
+{{- join "\n---\n" $docs -}}
+{{- end -}}
+
+{{- define "gateway.podStatusInterpreter" -}}
+{{- $f := .Files.Get "files/pod-status-interpreter.yaml" -}}
+{{- if not $f -}}
+{{- fail "files/pod-status-interpreter.yaml is missing or empty: it links to deploy/karmada/pod-status-interpreter.yaml" -}}
+{{- end -}}
+{{- $f -}}
+{{- end -}}
