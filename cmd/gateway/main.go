@@ -1,18 +1,267 @@
+// Command gateway serves karmada-exec-gateway: a reverse proxy in front of
+// karmada-apiserver that sends pods/exec, attach, log and portforward to the
+// member cluster running the pod, plus the controller that labels pod
+// templates with their cluster. This file only wires flags to constructors.
 package main
 
 import (
-	_ "github.com/go-chi/chi/v5"
-	_ "github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
-	_ "github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
-	_ "k8s.io/client-go/dynamic/dynamicinformer"
-	_ "k8s.io/client-go/kubernetes"
-	_ "k8s.io/client-go/metadata/metadatainformer"
-	_ "k8s.io/client-go/tools/leaderelection"
-	_ "k8s.io/client-go/tools/remotecommand"
-	_ "k8s.io/client-go/tools/clientcmd"
-	_ "k8s.io/apimachinery/pkg/util/proxy"
-	_ "k8s.io/apimachinery/pkg/util/httpstream/wsstream"
-	_ "k8s.io/klog/v2"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/auth"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/labeler"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 )
 
-func main() {}
+func main() {
+	klog.InitFlags(nil)
+	opts := bindFlags(flag.CommandLine)
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts); err != nil {
+		klog.ErrorS(err, "gateway failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(ctx context.Context, o *options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+
+	cfg, err := upstreamConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	// The gateway's own clients read caches and patch labels; raise client-go's
+	// default 5 QPS so a burst of new CI pods is labelled without queueing.
+	clientCfg := rest.CopyConfig(cfg)
+	clientCfg.QPS, clientCfg.Burst = float32(o.clientQPS), o.clientBurst
+	kube, err := kubernetes.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	md, err := metadata.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("metadata client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+
+	informers, err := karmada.NewInformers(karmada.InformersOptions{Metadata: md, Dynamic: dyn, Resync: o.resync, Metrics: m})
+	if err != nil {
+		return err
+	}
+	res, err := resolver.New(resolver.Options{Informers: informers, Metrics: m})
+	if err != nil {
+		return err
+	}
+	var lab *labeler.Labeler
+	if o.enableLabeler {
+		lab, err = labeler.New(labeler.Options{
+			Informers:      informers,
+			Client:         kube,
+			Metrics:        m,
+			Workers:        o.labelerWorkers,
+			LeaderElection: o.leaderElect,
+			LeaseNamespace: o.leaseNamespace,
+			LeaseName:      o.leaseName,
+			Identity:       leaderIdentity(),
+			LeaseDuration:  o.leaseDuration,
+			RenewDeadline:  o.renewDeadline,
+			RetryPeriod:    o.retryPeriod,
+		})
+		if err != nil {
+			return err
+		}
+	}
+
+	var clientCAs *x509.CertPool
+	if o.clientCAFile != "" {
+		if clientCAs, err = loadCertPool(o.clientCAFile); err != nil {
+			return err
+		}
+	}
+	popts := proxy.Options{Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m}
+	if popts.AuthMode == proxy.AuthAuthorize {
+		a, err := auth.New(auth.Options{Client: kube, ClientCAs: clientCAs, CacheTTL: o.authCacheTTL, Metrics: m})
+		if err != nil {
+			return err
+		}
+		popts.Authorizer = a
+	}
+	px, err := proxy.New(popts)
+	if err != nil {
+		return err
+	}
+
+	health := newHealth(informers.HasSynced)
+	metricsSrv := &http.Server{
+		Addr:              o.metricsAddr,
+		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
+		ReadHeaderTimeout: o.readHeaderTimeout,
+	}
+	// No ReadTimeout/WriteTimeout: exec, attach, port-forward and log -f streams
+	// live as long as the job, and the gateway adds no idle timeout of its own.
+	proxySrv := &http.Server{
+		Addr:              o.bindAddr,
+		Handler:           px,
+		ReadHeaderTimeout: o.readHeaderTimeout,
+		MaxHeaderBytes:    o.maxHeaderBytes,
+		ErrorLog:          klogStdLogger(),
+	}
+	if !o.insecureHTTP {
+		cert, err := tls.LoadX509KeyPair(o.tlsCertFile, o.tlsKeyFile)
+		if err != nil {
+			return fmt.Errorf("load serving certificate: %w", err)
+		}
+		proxySrv.TLSConfig = &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{cert},
+			NextProtos:   []string{"h2", "http/1.1"},
+		}
+		if clientCAs != nil {
+			// Certificates are verified by the authenticator, so a bearer-token
+			// client that also presents an unrelated certificate still connects.
+			proxySrv.TLSConfig.ClientAuth = tls.RequestClientCert
+		}
+	}
+
+	proxyLn, err := net.Listen("tcp", o.bindAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", o.bindAddr, err)
+	}
+	metricsLn, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		proxyLn.Close()
+		return fmt.Errorf("listen %s: %w", o.metricsAddr, err)
+	}
+
+	errc := make(chan error, 4)
+	go func() { errc <- serve(metricsSrv, metricsLn, false) }()
+	informers.Start(ctx)
+	go func() {
+		if !informers.WaitForCacheSync(ctx) {
+			return
+		}
+		logger.Info("caches synced; ready")
+	}()
+	if lab != nil {
+		go func() {
+			if err := lab.Run(ctx); err != nil {
+				errc <- fmt.Errorf("labeler: %w", err)
+			}
+		}()
+	}
+	go func() { errc <- serve(proxySrv, proxyLn, !o.insecureHTTP) }()
+	logger.Info("serving", "address", proxyLn.Addr().String(), "tls", !o.insecureHTTP,
+		"metricsAddress", metricsLn.Addr().String(), "authMode", o.authMode, "labeler", o.enableLabeler,
+		"upstream", cfg.Host)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil {
+			return err
+		}
+	}
+
+	// Stop taking new work first, then drain open streams up to the deadline.
+	logger.Info("shutting down", "gracePeriod", o.shutdownGrace)
+	health.shuttingDown()
+	drainCtx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+	defer cancel()
+	var errs []error
+	if err := proxySrv.Shutdown(drainCtx); err != nil {
+		errs = append(errs, fmt.Errorf("proxy server shutdown: %w", err))
+	}
+	if err := px.Shutdown(drainCtx); err != nil {
+		errs = append(errs, fmt.Errorf("drain streams: %w", err))
+	}
+	if err := metricsSrv.Shutdown(drainCtx); err != nil {
+		errs = append(errs, fmt.Errorf("metrics server shutdown: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func serve(srv *http.Server, ln net.Listener, tlsOn bool) error {
+	var err error
+	if tlsOn {
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func upstreamConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+func loadCertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read client CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("client CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+func leaderIdentity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "gateway"
+	}
+	return host + "_" + string(uuid.NewUUID())
+}

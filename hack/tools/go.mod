@@ -1,4 +1,4 @@
-// Test-only tools (kube-apiserver, kubectl, helm) live in their own module so the
+// Test-only tools (kube-apiserver, kubectl) live in their own module so the
 // product's go.mod stays lean. `make tools` builds them into ../../bin.
 module github.com/karmada-exec-gateway/karmada-exec-gateway/hack/tools
 

@@ -1,0 +1,75 @@
+# karmada-exec-gateway. `make demo` and `make test` are the two commands a
+# newcomer runs; everything else is a piece of those.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum
+# helm reports the Kubernetes version it renders for from link-time variables;
+# without them it renders as 1.20 and the chart's kubeVersion check fails.
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
+
+.PHONY: all build test unit e2e demo tools etcd shellcheck chart kind-karmada kind-karmada-down fuzz vet fmt clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/gateway ./cmd/gateway
+
+## tools: kube-apiserver and kubectl from the tools module, helm from its own
+## module, etcd and shellcheck from Debian.
+tools: $(BIN)/kube-apiserver $(BIN)/kubectl $(BIN)/helm etcd shellcheck
+
+$(BIN)/kube-apiserver: $(TOOLS_DEPS)
+	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+
+$(BIN)/kubectl: $(TOOLS_DEPS)
+	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl
+
+$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
+	cd hack/helm && $(GO) build -ldflags="$(HELM_LDFLAGS)" -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
+
+etcd:
+	@command -v etcd >/dev/null || hack/install-etcd.sh
+
+shellcheck:
+	@command -v shellcheck >/dev/null || hack/install-debian.sh shellcheck
+
+## test: the whole suite — unit tests of both modules, then the real e2e environment.
+test: vet unit e2e
+
+vet:
+	$(GO) vet ./...
+	cd e2e && $(GO) vet ./...
+
+unit: $(BIN)/helm shellcheck
+	$(GO) test -race -count=1 ./...
+	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
+
+e2e: tools
+	cd e2e && $(GO) test -count=1 -timeout 25m -v .
+
+## demo: the local Karmada-like environment with the gateway and a real kubectl exec through it.
+demo: tools
+	cd e2e && $(GO) run ./cmd/e2e-env
+
+## chart: lint and render the Helm chart and assert on it (no cluster needed).
+chart: $(BIN)/helm shellcheck
+	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 ./chart/
+
+## kind-karmada: the same scenarios on a real Karmada in kind (needs Docker).
+kind-karmada:
+	hack/kind-karmada.sh
+kind-karmada-down:
+	hack/kind-karmada.sh down
+
+fuzz:
+	$(GO) test ./pkg/proxy -run '^$$' -fuzz FuzzRewrite -fuzztime 30s
+	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzStripIdentityHeaders -fuzztime 15s
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN) _output

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+)
+
+type options struct {
+	kubeconfig        string
+	bindAddr          string
+	tlsCertFile       string
+	tlsKeyFile        string
+	insecureHTTP      bool
+	metricsAddr       string
+	authMode          string
+	clientCAFile      string
+	authCacheTTL      time.Duration
+	enableLabeler     bool
+	labelerWorkers    int
+	leaderElect       bool
+	leaseNamespace    string
+	leaseName         string
+	leaseDuration     time.Duration
+	renewDeadline     time.Duration
+	retryPeriod       time.Duration
+	shutdownGrace     time.Duration
+	resync            time.Duration
+	readHeaderTimeout time.Duration
+	maxHeaderBytes    int
+	clientQPS         float64
+	clientBurst       int
+}
+
+// bindFlags registers every flag; the README's flag table mirrors this list.
+func bindFlags(fs *flag.FlagSet) *options {
+	o := &options{}
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of karmada-apiserver (the gateway's own identity); empty uses the in-cluster config")
+	fs.StringVar(&o.bindAddr, "bind-address", ":8443", "address the proxy serves on")
+	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM) for the proxy")
+	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "serving key (PEM) for the proxy")
+	fs.BoolVar(&o.insecureHTTP, "insecure-serve-http", false, "serve the proxy over plain HTTP instead of TLS (only behind a TLS-terminating hop you trust)")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address for /metrics, /healthz and /readyz")
+	fs.StringVar(&o.authMode, "auth-mode", string(proxy.AuthPassthrough), "passthrough: callers' credentials go upstream unchanged; authorize: the gateway authenticates and authorizes callers and calls the cluster proxy as itself")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates (authorize mode)")
+	fs.DurationVar(&o.authCacheTTL, "auth-cache-ttl", 10*time.Second, "how long authorize-mode authentication and authorization results are cached")
+	fs.BoolVar(&o.enableLabeler, "enable-labeler", true, "run the controller that labels pod templates with cluster.karmada.io/name")
+	fs.IntVar(&o.labelerWorkers, "labeler-workers", 4, "concurrent label patches")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run the labeler only while holding a Lease, so several replicas are safe")
+	fs.StringVar(&o.leaseNamespace, "leader-election-namespace", "karmada-system", "namespace of the labeler's Lease in karmada-apiserver")
+	fs.StringVar(&o.leaseName, "leader-election-id", "karmada-exec-gateway-labeler", "name of the labeler's Lease")
+	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "Lease duration")
+	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "Lease renew deadline")
+	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "Lease retry period")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long open exec/attach/log/port-forward streams may drain before they are cut")
+	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "informer resync period")
+	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers (guards against slowloris)")
+	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 1<<20, "largest request header block accepted")
+	fs.Float64Var(&o.clientQPS, "kube-api-qps", 50, "QPS of the gateway's own clients (caches, label patches, reviews)")
+	fs.IntVar(&o.clientBurst, "kube-api-burst", 100, "burst of the gateway's own clients")
+	return o
+}
+
+func (o *options) validate() error {
+	switch proxy.AuthMode(o.authMode) {
+	case proxy.AuthPassthrough, proxy.AuthAuthorize:
+	default:
+		return fmt.Errorf("--auth-mode must be %q or %q, not %q", proxy.AuthPassthrough, proxy.AuthAuthorize, o.authMode)
+	}
+	if !o.insecureHTTP && (o.tlsCertFile == "" || o.tlsKeyFile == "") {
+		return fmt.Errorf("--tls-cert-file and --tls-key-file are required (or --insecure-serve-http to serve plain HTTP)")
+	}
+	if o.clientCAFile != "" && o.insecureHTTP {
+		return fmt.Errorf("--client-ca-file needs TLS serving: client certificates cannot be presented over plain HTTP")
+	}
+	if o.clientCAFile != "" && proxy.AuthMode(o.authMode) != proxy.AuthAuthorize {
+		return fmt.Errorf("--client-ca-file is only used in --auth-mode=authorize: in passthrough mode a client certificate cannot be forwarded upstream")
+	}
+	if o.shutdownGrace < 0 {
+		return fmt.Errorf("--shutdown-grace-period must not be negative")
+	}
+	return nil
+}
