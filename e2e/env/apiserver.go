@@ -1,0 +1,308 @@
+package env
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// standInService is the Service the APIService points at (the name in
+// Karmada's own karmada-aggregated-apiserver-apiservice.yaml); the aggregator
+// verifies the stand-in's certificate for <service>.<namespace>.svc.
+const standInService = "karmada-aggregated-apiserver"
+
+var loopbackHosts = []string{"127.0.0.1", "::1", "localhost"}
+
+// apiServer is one kube-apiserver process.
+type apiServer struct {
+	name    string
+	port    int
+	proc    *process
+	serving *keyPair
+	tokens  string // token file
+}
+
+func (s *apiServer) url() string { return "https://" + hostPort(s.port) }
+
+// writeCredentials creates the CAs, every certificate, the service-account
+// key and one static token file per apiserver.
+func (e *Env) writeCredentials() error {
+	var err error
+	if e.ca, err = newAuthority(e.pkiDir, "ca", "e2e-ca"); err != nil {
+		return err
+	}
+	if e.frontProxyCA, err = newAuthority(e.pkiDir, "front-proxy-ca", "e2e-front-proxy-ca"); err != nil {
+		return err
+	}
+	if e.frontProxyClient, err = e.frontProxyCA.issue(e.pkiDir, "front-proxy-client", "front-proxy-client", nil, nil); err != nil {
+		return err
+	}
+	// The member apiservers present this to the node agents, as to a kubelet.
+	if e.kubeletClient, err = e.ca.issue(e.pkiDir, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil); err != nil {
+		return err
+	}
+	if err := writeServiceAccountKey(filepath.Join(e.pkiDir, "sa.key")); err != nil {
+		return err
+	}
+	for _, u := range Users {
+		e.tokens[u] = randomToken()
+	}
+	for _, m := range e.opts.Members {
+		e.tokens[ImpersonatorUser(m)] = randomToken()
+	}
+
+	newServer := func(name string, users map[string]string) (*apiServer, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		serving, err := e.ca.issue(e.pkiDir, name+"-apiserver", name+"-apiserver", nil, loopbackHosts)
+		if err != nil {
+			return nil, err
+		}
+		s := &apiServer{name: name, port: port, serving: serving, tokens: filepath.Join(e.pkiDir, name+"-tokens.csv")}
+		if err := writeTokenFile(s.tokens, e.tokens, users); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	// user -> groups (comma separated). The executors' group is bound to
+	// nothing: it is there so the cluster proxy has a group to impersonate.
+	karmadaUsers := map[string]string{UserAdmin: "system:masters", UserExecOnly: "e2e:executors", UserNoExec: "", UserGateway: "", UserExecKarmadaOnly: "e2e:executors"}
+	if e.karmada, err = newServer(KarmadaName, karmadaUsers); err != nil {
+		return err
+	}
+	for _, m := range e.opts.Members {
+		users := map[string]string{UserAdmin: "system:masters", ImpersonatorUser(m): ""}
+		if e.members[m], err = newServer(m, users); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeTokenFile writes kube-apiserver's token,user,uid,"groups" format.
+func writeTokenFile(path string, tokens, users map[string]string) error {
+	var b strings.Builder
+	for user, groups := range users {
+		fmt.Fprintf(&b, "%s,%s,%s", tokens[user], user, "uid-"+user)
+		if groups != "" {
+			fmt.Fprintf(&b, ",%q", groups)
+		}
+		b.WriteString("\n")
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+func (e *Env) startEtcd(ctx context.Context) error {
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	// etcd 3.4 has no --unsafe-no-fsync; a tmpfs data dir gets the same speed.
+	dataDir := filepath.Join(e.workDir, "etcd")
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "e2e-etcd-"); err == nil {
+			dataDir, e.etcdTmpfsDir = d, d
+			if err := os.Symlink(d, filepath.Join(e.workDir, "etcd")); err != nil {
+				return err
+			}
+		}
+	}
+	clientURL := "http://" + hostPort(clientPort)
+	peerURL := "http://" + hostPort(peerPort)
+	e.etcd = &process{
+		name: "etcd",
+		path: e.opts.Etcd,
+		args: []string{
+			"--name=e2e",
+			"--data-dir=" + dataDir,
+			"--listen-client-urls=" + clientURL,
+			"--advertise-client-urls=" + clientURL,
+			"--listen-peer-urls=" + peerURL,
+			"--initial-advertise-peer-urls=" + peerURL,
+			"--initial-cluster=e2e=" + peerURL,
+			"--listen-metrics-urls=",
+			"--log-level=warn",
+			"--logger=zap",
+		},
+		logPath: filepath.Join(e.logDir, "etcd.log"),
+	}
+	e.etcdURL = clientURL
+	if err := e.etcd.start(); err != nil {
+		return err
+	}
+	return e.waitHTTP(ctx, e.etcd, clientURL+"/health", "", 30*time.Second)
+}
+
+// apiServerArgs are the flags shared by every apiserver, then the
+// karmada-apiserver's aggregator flags or the members' kubelet flags.
+func (e *Env) apiServerArgs(s *apiServer) []string {
+	args := []string{
+		"--etcd-servers=" + e.etcdURL,
+		"--etcd-prefix=/" + s.name,
+		"--secure-port=" + strconv.Itoa(s.port),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--tls-cert-file=" + s.serving.CertFile,
+		"--tls-private-key-file=" + s.serving.KeyFile,
+		"--client-ca-file=" + filepath.Join(e.pkiDir, "ca.crt"),
+		"--token-auth-file=" + s.tokens,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://" + s.name + ".e2e.invalid",
+		"--service-account-key-file=" + filepath.Join(e.pkiDir, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(e.pkiDir, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// No controller-manager creates default ServiceAccounts; Karmada disables it too.
+		"--disable-admission-plugins=ServiceAccount",
+		// A loopback advertise address is not a valid Endpoints address.
+		"--endpoint-reconciler-type=none",
+		"--enable-priority-and-fairness=false",
+		// Key-count stats read from the watch cache at etcd's current
+		// revision; etcd 3.4 has no watch-progress requests, so with one etcd
+		// shared by three prefixes the caches never catch up and the stats
+		// only time out and log. They feed APF list costs, which are off.
+		"--feature-gates=SizeBasedListCostEstimate=false",
+		"--profiling=false",
+		"--v=1",
+	}
+	if s == e.karmada {
+		args = append(args,
+			"--requestheader-client-ca-file="+filepath.Join(e.pkiDir, "front-proxy-ca.crt"),
+			"--requestheader-allowed-names=front-proxy-client",
+			"--requestheader-username-headers=X-Remote-User",
+			"--requestheader-group-headers=X-Remote-Group",
+			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+			"--proxy-client-cert-file="+e.frontProxyClient.CertFile,
+			"--proxy-client-key-file="+e.frontProxyClient.KeyFile,
+			// Route to the APIService's ExternalName Service, as Karmada runs it.
+			"--enable-aggregator-routing=false",
+		)
+	} else {
+		args = append(args,
+			"--kubelet-client-certificate="+e.kubeletClient.CertFile,
+			"--kubelet-client-key="+e.kubeletClient.KeyFile,
+			"--kubelet-certificate-authority="+filepath.Join(e.pkiDir, "ca.crt"),
+			"--kubelet-preferred-address-types=InternalIP",
+		)
+	}
+	return args
+}
+
+func (e *Env) startAPIServers(ctx context.Context) error {
+	servers := e.apiServers()
+	for _, s := range servers {
+		s.proc = &process{
+			name:    s.name + "-apiserver",
+			path:    filepath.Join(e.opts.BinDir, "kube-apiserver"),
+			args:    e.apiServerArgs(s),
+			logPath: filepath.Join(e.logDir, s.name+"-apiserver.log"),
+		}
+		if err := s.proc.start(); err != nil {
+			return err
+		}
+	}
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() { errs[i] = e.waitReady(ctx, s) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (e *Env) waitReady(ctx context.Context, s *apiServer) error {
+	return e.waitHTTP(ctx, s.proc, s.url()+"/readyz", e.tokens[UserAdmin], 90*time.Second)
+}
+
+// StopMember stops member's apiserver, an outage as the rest of the
+// topology sees it: SIGTERM, then SIGKILL after 3s (kube-apiserver can take
+// longer than that to exit while clients hold streams). The node agent and
+// the stand-in keep running and see it go.
+func (e *Env) StopMember(name string) {
+	e.member(name).proc.stop(3 * time.Second)
+}
+
+// StartMember starts member's apiserver again, on the same port with the
+// same data, and waits for /readyz and for the stand-in to report the
+// Cluster Ready and proxy to it again.
+func (e *Env) StartMember(ctx context.Context, name string) error {
+	s := e.member(name)
+	if err := s.proc.start(); err != nil {
+		return err
+	}
+	if err := e.waitReady(ctx, s); err != nil {
+		return err
+	}
+	return e.WaitClusterReady(ctx, name)
+}
+
+// waitHTTP polls url until it answers 200, the process exits, or timeout.
+// token may be "" (no Authorization) and the server is verified against the CA.
+func (e *Env) waitHTTP(ctx context.Context, p *process, url string, token string, timeout time.Duration) error {
+	client := e.httpClient()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if p != nil && !p.running() {
+			return false, p.exitErr()
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return true, nil
+		}
+		last = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		return false, nil
+	})
+	if err != nil {
+		name := "endpoint"
+		if p != nil {
+			name = p.name
+		}
+		return fmt.Errorf("wait for %s %s (last answer: %s; log %s): %w", name, url, last, p.logPathOrEmpty(), err)
+	}
+	return nil
+}
+
+func (p *process) logPathOrEmpty() string {
+	if p == nil {
+		return "-"
+	}
+	return p.logPath
+}
+
+func (e *Env) httpClient() *http.Client {
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: e.ca.pool},
+		},
+	}
+}

@@ -1,0 +1,476 @@
+package env
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+)
+
+// Users known to every environment. Their tokens are in the static token
+// files; what they may do is RBAC, created by Start.
+const (
+	UserAdmin    = "admin"
+	UserExecOnly = "exec-only"
+	UserNoExec   = "no-exec"
+	UserGateway  = "karmada-exec-gateway"
+	// UserExecKarmadaOnly has exec-only's pod rules in karmada-apiserver but
+	// neither clusters/proxy nor anything in members: only authorize mode,
+	// where the gateway reaches members as itself, lets it exec.
+	UserExecKarmadaOnly = "exec-karmada-only"
+
+	// Namespace is where the test users' pod permissions apply.
+	Namespace = "e2e"
+	// KarmadaSystem holds the APIService Service, leases and the like.
+	KarmadaSystem = "karmada-system"
+	// KarmadaCluster holds the members' impersonator Secrets, as in Karmada.
+	KarmadaCluster = "karmada-cluster"
+
+	// KarmadaName names the karmada-apiserver in logs and kubeconfig files.
+	KarmadaName = "karmada"
+)
+
+// Users lists the users of karmada-apiserver, in the order kubeconfigs are written.
+var Users = []string{UserAdmin, UserExecOnly, UserNoExec, UserGateway, UserExecKarmadaOnly}
+
+// ImpersonatorUser is the member user whose token the cluster proxy forwards with.
+func ImpersonatorUser(member string) string { return member + "-impersonator" }
+
+// Options configures Start. Zero values get defaults from DefaultOptions.
+type Options struct {
+	// BinDir holds kube-apiserver and kubectl.
+	BinDir string
+	// CRDDir holds the Karmada CRDs; every YAML but the APIService file is applied.
+	CRDDir string
+	// Etcd is the etcd binary (default /usr/bin/etcd).
+	Etcd string
+	// WorkDir receives certificates, tokens, kubeconfigs, logs and data.
+	// Empty means a new temporary directory.
+	WorkDir string
+	// KeepWorkDir keeps WorkDir after Stop (for looking at logs).
+	KeepWorkDir bool
+	// Members names the member clusters (default member1, member2).
+	Members []string
+	Gateway GatewayOptions
+	// Log receives one line per startup step; nil discards.
+	Log io.Writer
+	// ComponentLogVerbosity is the klog verbosity of the in-process node
+	// agents and stand-in, whose logs go to WorkDir/logs.
+	ComponentLogVerbosity int
+}
+
+// GatewayOptions configures the gateway process.
+type GatewayOptions struct {
+	// Enabled starts the gateway as part of Start.
+	Enabled bool
+	// Binary is a prebuilt gateway. Empty means build ./cmd/gateway from
+	// SourceDir into WorkDir.
+	Binary string
+	// SourceDir is the root module (default: the parent of BinDir).
+	SourceDir string
+	// AuthMode is --auth-mode (default passthrough).
+	AuthMode string
+	// Args are extra flags, after the ones the environment sets, so they win.
+	Args []string
+}
+
+// Env is a running topology. Methods are safe for concurrent use.
+type Env struct {
+	opts    Options
+	workDir string
+	logDir  string
+	pkiDir  string
+	log     io.Writer
+
+	ctx    context.Context // lives until Stop; in-process components run in it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	ca, frontProxyCA *authority
+	kubeletClient    *keyPair
+	frontProxyClient *keyPair
+
+	tokens map[string]string // karmada users and member impersonators -> token
+
+	etcd    *process
+	etcdURL string
+	// etcdTmpfsDir is the data dir outside WorkDir (on tmpfs), removed on Stop.
+	etcdTmpfsDir string
+	karmada      *apiServer
+	members      map[string]*apiServer
+
+	gwMu       sync.Mutex
+	gateway    *gateway
+	gatewayBin string
+	buildDone  chan struct{} // closed when the build started by Start ends
+	buildErr   error
+
+	compMu     sync.Mutex
+	compErrors []error
+
+	stopOnce sync.Once
+}
+
+// DefaultOptions fills the paths from the E2E_BIN_DIR, E2E_CRD_DIR and
+// E2E_ETCD environment variables, else from the repository around the
+// working directory (bin/ and ../shared/karmada/crds next to the root go.mod).
+// E2E_KEEP=1 keeps the work directory.
+func DefaultOptions(opts Options) Options {
+	root, _ := FindRepoRoot()
+	if opts.BinDir == "" {
+		opts.BinDir = os.Getenv("E2E_BIN_DIR")
+	}
+	if opts.BinDir == "" && root != "" {
+		opts.BinDir = filepath.Join(root, "bin")
+	}
+	if opts.CRDDir == "" {
+		opts.CRDDir = os.Getenv("E2E_CRD_DIR")
+	}
+	if opts.CRDDir == "" && root != "" {
+		opts.CRDDir = filepath.Join(root, "..", "shared", "karmada", "crds")
+	}
+	if opts.Etcd == "" {
+		opts.Etcd = os.Getenv("E2E_ETCD")
+	}
+	if opts.Etcd == "" {
+		opts.Etcd = "/usr/bin/etcd"
+	}
+	if os.Getenv("E2E_KEEP") != "" {
+		opts.KeepWorkDir = true
+	}
+	if len(opts.Members) == 0 {
+		opts.Members = []string{"member1", "member2"}
+	}
+	if opts.Gateway.SourceDir == "" {
+		if root != "" {
+			opts.Gateway.SourceDir = root
+		} else if opts.BinDir != "" {
+			opts.Gateway.SourceDir = filepath.Dir(opts.BinDir)
+		}
+	}
+	if opts.Gateway.AuthMode == "" {
+		opts.Gateway.AuthMode = "passthrough"
+	}
+	return opts
+}
+
+// FindRepoRoot walks up from the working directory to the directory holding
+// cmd/gateway and go.mod: the root module, whether run from it or from e2e/.
+func FindRepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if fileExists(filepath.Join(dir, "go.mod")) && fileExists(filepath.Join(dir, "cmd", "gateway")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no directory with go.mod and cmd/gateway above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Start brings the whole topology up and returns once every part is ready:
+// apiservers answer /readyz, CRDs are established, nodes are Ready, the
+// cluster proxy reaches every member and, if enabled, the gateway is ready.
+// On error everything already started is stopped again.
+func Start(ctx context.Context, opts Options) (_ *Env, err error) {
+	opts = DefaultOptions(opts)
+	for _, bin := range []string{filepath.Join(opts.BinDir, "kube-apiserver"), filepath.Join(opts.BinDir, "kubectl"), opts.Etcd} {
+		if !fileExists(bin) {
+			return nil, fmt.Errorf("%s is missing (make tools builds kube-apiserver and kubectl; apt-get install etcd-server gives etcd)", bin)
+		}
+	}
+	if !fileExists(opts.CRDDir) {
+		return nil, fmt.Errorf("CRD directory %s is missing", opts.CRDDir)
+	}
+	e := &Env{opts: opts, log: opts.Log, tokens: map[string]string{}, members: map[string]*apiServer{}}
+	if e.log == nil {
+		e.log = io.Discard
+	}
+	if e.workDir = opts.WorkDir; e.workDir == "" {
+		if e.workDir, err = os.MkdirTemp("", "karmada-exec-gateway-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			// The work dir (and the logs) may be removed next: show why first.
+			e.WriteLogTails(e.log, 40)
+			e.stop(opts.KeepWorkDir)
+		}
+	}()
+	e.logDir = filepath.Join(e.workDir, "logs")
+	e.pkiDir = filepath.Join(e.workDir, "pki")
+	for _, d := range []string{e.logDir, e.pkiDir, filepath.Join(e.workDir, "kubeconfigs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	e.logf("work dir %s", e.workDir)
+
+	// The gateway builds while the apiservers start: both take seconds.
+	if opts.Gateway.Enabled {
+		e.buildDone = make(chan struct{})
+		go func() {
+			defer close(e.buildDone)
+			e.buildErr = e.buildGateway(ctx)
+		}()
+	}
+
+	if err := e.writeCredentials(); err != nil {
+		return nil, err
+	}
+	if err := e.startEtcd(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.gatewayBuildFailed(); err != nil {
+		return nil, err
+	}
+	e.logf("etcd ready (%s)", time.Since(start).Round(time.Millisecond))
+
+	if err := e.startAPIServers(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.gatewayBuildFailed(); err != nil {
+		return nil, err
+	}
+	e.logf("apiservers ready (%s)", time.Since(start).Round(time.Millisecond))
+
+	if err := e.bootstrap(ctx); err != nil {
+		return nil, err
+	}
+	e.logf("CRDs, namespaces, RBAC and secrets created (%s)", time.Since(start).Round(time.Millisecond))
+
+	if err := e.writeKubeconfigs(); err != nil {
+		return nil, err
+	}
+	if err := e.startComponents(ctx); err != nil {
+		return nil, err
+	}
+	e.logf("node agents and stand-in ready (%s)", time.Since(start).Round(time.Millisecond))
+
+	if opts.Gateway.Enabled {
+		<-e.buildDone
+		if e.buildErr != nil {
+			return nil, e.buildErr
+		}
+		if err := e.StartGateway(ctx); err != nil {
+			return nil, err
+		}
+		e.logf("gateway ready at %s (%s)", e.GatewayURL(), time.Since(start).Round(time.Millisecond))
+	}
+	return e, nil
+}
+
+// gatewayBuildFailed returns the build error if the build already failed,
+// so a gateway that does not compile fails Start early instead of after
+// every apiserver came up.
+func (e *Env) gatewayBuildFailed() error {
+	if e.buildDone == nil {
+		return nil
+	}
+	select {
+	case <-e.buildDone:
+		return e.buildErr
+	default:
+		return nil
+	}
+}
+
+func (e *Env) logf(format string, args ...any) {
+	fmt.Fprintf(e.log, "e2e-env: "+format+"\n", args...)
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Stop tears everything down: in-process components, the gateway, the
+// apiservers and etcd (SIGTERM, then SIGKILL), and removes WorkDir unless
+// Options.KeepWorkDir. It is safe to call more than once.
+func (e *Env) Stop() { e.stop(e.opts.KeepWorkDir) }
+
+func (e *Env) stop(keep bool) {
+	e.stopOnce.Do(func() {
+		e.cancel()
+		e.wg.Wait()
+		e.gwMu.Lock()
+		if e.gateway != nil {
+			e.gateway.proc.stop(5 * time.Second)
+		}
+		e.gwMu.Unlock()
+		var wg sync.WaitGroup
+		for _, s := range e.apiServers() {
+			if s.proc == nil {
+				continue // Start failed before the apiservers were started
+			}
+			wg.Go(func() { s.proc.stop(5 * time.Second) })
+		}
+		wg.Wait()
+		if e.etcd != nil {
+			e.etcd.stop(5 * time.Second)
+		}
+		if e.etcdTmpfsDir != "" {
+			_ = os.RemoveAll(e.etcdTmpfsDir)
+		}
+		if keep {
+			e.logf("kept work dir %s", e.workDir)
+			return
+		}
+		if err := os.RemoveAll(e.workDir); err != nil {
+			e.logf("remove work dir: %v", err)
+		}
+	})
+}
+
+func (e *Env) apiServers() []*apiServer {
+	var out []*apiServer
+	if e.karmada != nil {
+		out = append(out, e.karmada)
+	}
+	for _, name := range e.opts.Members {
+		if m := e.members[name]; m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// WorkDir is where certificates, kubeconfigs and logs are.
+func (e *Env) WorkDir() string { return e.workDir }
+
+// LogDir holds one log file per process and in-process component.
+func (e *Env) LogDir() string { return e.logDir }
+
+// Members names the member clusters.
+func (e *Env) Members() []string { return slices.Clone(e.opts.Members) }
+
+// BinDir holds kube-apiserver and kubectl.
+func (e *Env) BinDir() string { return e.opts.BinDir }
+
+// Kubectl is the path of the kubectl binary.
+func (e *Env) Kubectl() string { return filepath.Join(e.opts.BinDir, "kubectl") }
+
+// CAFile is the CA every serving certificate chains to (and the client CA).
+func (e *Env) CAFile() string { return filepath.Join(e.pkiDir, "ca.crt") }
+
+// CAPEM is the content of CAFile.
+func (e *Env) CAPEM() []byte { return slices.Clone(e.ca.certPEM) }
+
+// Token returns user's static token (a karmada user or a member impersonator).
+func (e *Env) Token(user string) string { return e.tokens[user] }
+
+// KarmadaURL is karmada-apiserver's base URL.
+func (e *Env) KarmadaURL() string { return e.karmada.url() }
+
+// MemberURL is the base URL of member's apiserver.
+func (e *Env) MemberURL(member string) string { return e.member(member).url() }
+
+// KarmadaConfig is a rest.Config for user against karmada-apiserver.
+func (e *Env) KarmadaConfig(user string) *rest.Config {
+	return e.restConfig(e.karmada.url(), user)
+}
+
+// MemberConfig is a rest.Config for the member's admin.
+func (e *Env) MemberConfig(member string) *rest.Config {
+	return e.restConfig(e.member(member).url(), UserAdmin)
+}
+
+// ClusterProxyConfig is a rest.Config for user whose host is the cluster
+// proxy of member: requests made with it take the path a gateway rewrite takes.
+func (e *Env) ClusterProxyConfig(member, user string) *rest.Config {
+	return e.restConfig(e.karmada.url()+"/apis/cluster.karmada.io/v1alpha1/clusters/"+member+"/proxy", user)
+}
+
+// KarmadaClient is a clientset for user against karmada-apiserver.
+func (e *Env) KarmadaClient(user string) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(e.KarmadaConfig(user))
+}
+
+// MemberClient is an admin clientset for member.
+func (e *Env) MemberClient(member string) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(e.MemberConfig(member))
+}
+
+func (e *Env) restConfig(host, user string) *rest.Config {
+	return &rest.Config{
+		Host:            host,
+		BearerToken:     e.tokens[user],
+		TLSClientConfig: rest.TLSClientConfig{CAData: e.CAPEM()},
+		QPS:             100,
+		Burst:           200,
+		UserAgent:       "e2e-env/" + user,
+	}
+}
+
+func (e *Env) member(name string) *apiServer {
+	m, ok := e.members[name]
+	if !ok {
+		panic(fmt.Sprintf("env: no member %q (members: %v)", name, e.opts.Members))
+	}
+	return m
+}
+
+// componentContext is the long-lived context for an in-process component,
+// with a klog logger writing to WorkDir/logs/<name>.log.
+func (e *Env) componentContext(name string) (context.Context, io.Closer, error) {
+	f, err := os.OpenFile(filepath.Join(e.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f), textlogger.Verbosity(e.opts.ComponentLogVerbosity)))
+	return klog.NewContext(e.ctx, logger.WithName(name)), f, nil
+}
+
+// runComponent runs fn until Stop. An early return is recorded and shown by
+// ComponentErrors, and written to the component's log.
+func (e *Env) runComponent(name string, fn func(ctx context.Context) error) error {
+	ctx, closer, err := e.componentContext(name)
+	if err != nil {
+		return err
+	}
+	e.wg.Go(func() {
+		defer closer.Close()
+		err := fn(ctx)
+		if e.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("returned before the environment stopped")
+		}
+		klog.FromContext(ctx).Error(err, "component stopped")
+		e.compMu.Lock()
+		e.compErrors = append(e.compErrors, fmt.Errorf("%s: %w", name, err))
+		e.compMu.Unlock()
+	})
+	return nil
+}
+
+// ComponentErrors reports in-process components that stopped on their own.
+func (e *Env) ComponentErrors() error {
+	e.compMu.Lock()
+	defer e.compMu.Unlock()
+	return errors.Join(e.compErrors...)
+}

@@ -1,0 +1,141 @@
+package env
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is one child program. It runs in a process group of its own so a
+// stop reaches whatever it forked, and it can be started again with the same
+// arguments (and so the same port) after a stop.
+type process struct {
+	name    string
+	path    string
+	args    []string
+	env     []string
+	logPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func (p *process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("%s is already running", p.name)
+		}
+	}
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open log of %s: %w", p.name, err)
+	}
+	// The header makes restarts visible in the log tail printed on failure.
+	fmt.Fprintf(logFile, "=== %s start %s: %s %s\n", time.Now().Format(time.RFC3339Nano), p.name, p.path, strings.Join(p.args, " "))
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
+	// Pdeathsig takes the child down when the test binary dies without
+	// running its cleanups (a panic, a -timeout kill), so no apiserver outlives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.err = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		fmt.Fprintf(logFile, "=== %s exit %s: %v\n", time.Now().Format(time.RFC3339Nano), p.name, err)
+		logFile.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// exited returns a channel closed when the current run ends, or nil if the
+// process was never started.
+func (p *process) exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+func (p *process) running() bool {
+	done := p.exited()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// exitErr describes why the last run ended, for startup errors.
+func (p *process) exitErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		return fmt.Errorf("%s exited", p.name)
+	}
+	return fmt.Errorf("%s exited: %w", p.name, p.err)
+}
+
+// stop sends SIGTERM to the process group, then SIGKILL after grace.
+func (p *process) stop(grace time.Duration) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	pgid := cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-done
+	}
+	// Anything the child forked into its group must not outlive it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// freePort asks the kernel for an unused loopback port. The port is closed
+// again before the child binds it; the window is tiny and the child fails
+// loudly (and the log says why) if someone else took it.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

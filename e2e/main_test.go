@@ -1,0 +1,42 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+)
+
+// testEnv is shared by every test in the package: starting the topology
+// costs seconds, and tests keep to their own pod and policy names.
+var testEnv *env.Env
+
+// TestMain starts the environment with a gateway built from ./cmd/gateway.
+// A gateway that does not build, or any part that does not come up, fails
+// the run: nothing here skips.
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	e, err := env.Start(ctx, env.Options{
+		Gateway: env.GatewayOptions{Enabled: true},
+		Log:     os.Stderr,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: start e2e environment:", err)
+		return 1
+	}
+	testEnv = e
+	code := m.Run()
+	if code != 0 {
+		e.WriteLogTails(os.Stderr, 80)
+	}
+	e.Stop()
+	return code
+}
