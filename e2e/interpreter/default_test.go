@@ -1,11 +1,15 @@
 package interpreter
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func TestDefaultAggregatePodStatus(t *testing.T) {
@@ -134,4 +138,119 @@ func TestDefaultReflectStatus(t *testing.T) {
 	if _, ok, err := DefaultReflectStatus(podTemplate(nil)); ok || err != nil {
 		t.Errorf("pod without status: ok=%v err=%v, want no status", ok, err)
 	}
+}
+
+// TestDefaultAggregatePodStatusExact pins the whole status the built-in
+// aggregation writes, not just counts: the phase, every member's container
+// and init-container statuses reduced to {ready, state} in item order, and
+// nothing else (no names, conditions, IPs, nominatedNodeName or qosClass; an
+// empty list is omitted, as the typed round trip does).
+func TestDefaultAggregatePodStatusExact(t *testing.T) {
+	started := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	runningState := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}
+	done := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+	full := func(phase corev1.PodPhase, state corev1.ContainerState, ready bool) map[string]any {
+		return typedMap(t, corev1.PodStatus{
+			Phase:                 phase,
+			HostIP:                "127.0.0.1",
+			PodIP:                 "10.0.0.1",
+			NominatedNodeName:     "member-node",
+			QOSClass:              corev1.PodQOSBestEffort,
+			Conditions:            []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "init", Ready: false, State: done, RestartCount: 1}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "build", Image: "busybox", Ready: ready, State: state, RestartCount: 3}},
+		})
+	}
+	reduced := func(phase corev1.PodPhase, containers ...corev1.ContainerStatus) map[string]any {
+		s := corev1.PodStatus{Phase: phase}
+		for range containers {
+			s.InitContainerStatuses = append(s.InitContainerStatuses, corev1.ContainerStatus{State: done})
+		}
+		s.ContainerStatuses = containers
+		return typedMap(t, s)
+	}
+	for _, tc := range []struct {
+		name  string
+		items []StatusItem
+		want  map[string]any
+	}{
+		{
+			name:  "running member reduced to phase and nameless ready/state",
+			items: []StatusItem{{ClusterName: "member1", Status: full(corev1.PodRunning, runningState, true)}},
+			want:  reduced(corev1.PodRunning, corev1.ContainerStatus{Ready: true, State: runningState}),
+		},
+		{
+			name:  "uncollected member counts as pending",
+			items: []StatusItem{{ClusterName: "member1", Status: full(corev1.PodRunning, runningState, true)}, {ClusterName: "member2"}},
+			want:  reduced(corev1.PodPending, corev1.ContainerStatus{Ready: true, State: runningState}),
+		},
+		{
+			name:  "only uncollected members: bare pending, no empty lists",
+			items: []StatusItem{{ClusterName: "member1"}, {ClusterName: "member2", Applied: false, Health: "Unknown"}},
+			want:  map[string]any{"phase": "Pending"},
+		},
+		{
+			name: "failed beats everything",
+			items: []StatusItem{
+				{ClusterName: "member1", Status: full(corev1.PodSucceeded, done, false)},
+				{ClusterName: "member2", Status: full(corev1.PodFailed, done, false)},
+			},
+			want: reduced(corev1.PodFailed, corev1.ContainerStatus{State: done}, corev1.ContainerStatus{State: done}),
+		},
+		{
+			name: "running beats succeeded, statuses in item order",
+			items: []StatusItem{
+				{ClusterName: "member1", Status: full(corev1.PodSucceeded, done, false)},
+				{ClusterName: "member2", Status: full(corev1.PodRunning, runningState, true)},
+			},
+			want: reduced(corev1.PodRunning, corev1.ContainerStatus{State: done}, corev1.ContainerStatus{Ready: true, State: runningState}),
+		},
+		{
+			name:  "all succeeded",
+			items: []StatusItem{{ClusterName: "member1", Status: full(corev1.PodSucceeded, done, false)}},
+			want:  reduced(corev1.PodSucceeded, corev1.ContainerStatus{State: done}),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The template carries what the apiserver gave it at creation.
+			out, err := DefaultAggregatePodStatus(podTemplate(map[string]any{"phase": "Pending", "qosClass": "BestEffort"}), tc.items)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := unstructured.NestedMap(out.Object, "status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotJSON, _ := json.Marshal(got)
+			wantJSON, _ := json.Marshal(tc.want)
+			if string(gotJSON) != string(wantJSON) {
+				t.Fatalf("status\n got %s\nwant %s", gotJSON, wantJSON)
+			}
+			for _, k := range []string{"conditions", "hostIP", "podIP", "nominatedNodeName", "qosClass"} {
+				if _, ok := got[k]; ok {
+					t.Errorf("aggregated status has %s", k)
+				}
+			}
+			cs, _ := got["containerStatuses"].([]any)
+			for _, c := range cs {
+				if c.(map[string]any)["name"] != "" {
+					t.Errorf("container status keeps its name: %v", c)
+				}
+			}
+		})
+	}
+}
+
+// typedMap renders a typed status as JSON would decode it.
+func typedMap(t *testing.T, v any) map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return runtime.DeepCopyJSON(m)
 }

@@ -12,7 +12,11 @@
 // apimachinery's UpgradeAwareHandler so exec/attach/portforward upgrades pass.
 // The propagation loop turns Pod templates selected by a PropagationPolicy
 // into a ResourceBinding (scheduled once, then followed when spec.clusters is
-// changed), a Work per cluster and the member Pod, and aggregates member
-// status back into the binding and the template exactly as Karmada's default
-// interpreter does (aggregatePodStatus).
+// changed), a Work per cluster and the member Pod, and carries member status
+// back through Karmada's resource interpreter (e2e/interpreter): each member
+// pod's status reflected into the binding's aggregatedStatus, then aggregated
+// into the template's status. The interpreter is rebuilt from the
+// ResourceInterpreterCustomizations in karmada-apiserver whenever they change,
+// so their Lua runs as in Karmada and, without one, the template gets
+// Karmada's built-in Pod aggregation (phase and nameless {ready, state}).
 package standin

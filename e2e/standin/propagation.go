@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/interpreter"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -65,19 +67,27 @@ type propagatorOptions struct {
 // detector (policy -> binding), the scheduler (binding -> clusters, once),
 // the binding controller (binding -> Works), the execution controller
 // (Work -> member pod) and the status controllers (member pod -> binding and
-// template status), collapsed into one reconcile keyed by the template.
+// template status, through the resource interpreter built from the
+// ResourceInterpreterCustomizations), collapsed into one reconcile keyed by
+// the template.
 type propagator struct {
 	karmada dynamic.Interface
 	members map[string]kubernetes.Interface
 	ready   func(string) bool
 
-	factory    dynamicinformer.DynamicSharedInformerFactory
-	pods       cache.SharedIndexInformer
-	policies   cache.SharedIndexInformer
-	bindings   cache.SharedIndexInformer
-	memberPods map[string]corelisters.PodLister
-	synced     []cache.InformerSynced
-	starts     []func(<-chan struct{})
+	factory        dynamicinformer.DynamicSharedInformerFactory
+	pods           cache.SharedIndexInformer
+	policies       cache.SharedIndexInformer
+	bindings       cache.SharedIndexInformer
+	customizations cache.SharedIndexInformer
+	memberPods     map[string]corelisters.PodLister
+	synced         []cache.InformerSynced
+	starts         []func(<-chan struct{})
+
+	// interpreters is swapped whole when the customizations change, so a
+	// sync uses one consistent set for reflection and aggregation.
+	interpreters atomic.Pointer[interpreterSet]
+	logger       atomic.Pointer[klog.Logger]
 
 	queue workqueue.TypedRateLimitingInterface[string]
 }
@@ -96,6 +106,8 @@ func newPropagator(opts propagatorOptions) (*propagator, error) {
 	p.pods = p.factory.ForResource(karmada.PodGVR).Informer()
 	p.policies = p.factory.ForResource(karmada.PropagationPolicyGVR).Informer()
 	p.bindings = p.factory.ForResource(karmada.ResourceBindingGVR).Informer()
+	p.customizations = p.factory.ForResource(customizationGVR).Informer()
+	p.interpreters.Store(newInterpreterSet(nil))
 	p.synced = append(p.synced, p.pods.HasSynced, p.policies.HasSynced, p.bindings.HasSynced)
 	p.starts = append(p.starts, p.factory.Start)
 
@@ -120,6 +132,17 @@ func newPropagator(opts propagatorOptions) (*propagator, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("binding handler: %w", err)
 	}
+	reg, err := p.customizations.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.reloadInterpreters() },
+		UpdateFunc: func(_, _ any) { p.reloadInterpreters() },
+		DeleteFunc: func(any) { p.reloadInterpreters() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("customization handler: %w", err)
+	}
+	// The handler's own sync, so the first syncs already use the
+	// customizations that exist at start.
+	p.synced = append(p.synced, reg.HasSynced)
 	for name, client := range opts.Members {
 		f := informers.NewSharedInformerFactoryWithOptions(client, 0,
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -139,6 +162,32 @@ func newPropagator(opts propagatorOptions) (*propagator, error) {
 		p.starts = append(p.starts, f.Start)
 	}
 	return p, nil
+}
+
+// reloadInterpreters rebuilds the interpreter from the customizations now in
+// the cache and re-aggregates every template: Karmada's interpreter follows
+// the customizations at once and applies them at the next status sync, so an
+// applied customization fixes pods that are already running.
+func (p *propagator) reloadInterpreters() {
+	var objs []*unstructured.Unstructured
+	for _, o := range p.customizations.GetStore().List() {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			objs = append(objs, u)
+		}
+	}
+	set := newInterpreterSet(objs)
+	p.interpreters.Store(set)
+	logger := klog.Background()
+	if l := p.logger.Load(); l != nil {
+		logger = *l
+	}
+	for target, err := range set.broken {
+		logger.Error(err, "ResourceInterpreterCustomization does not load; its target's status is not interpreted", "target", target.String())
+	}
+	logger.Info("Resource interpreter customizations changed, re-aggregating templates", "customizations", set.names)
+	for _, key := range p.pods.GetIndexer().ListKeys() {
+		p.queue.Add(key)
+	}
 }
 
 func (p *propagator) enqueueObject(obj any) {
@@ -189,6 +238,8 @@ func (p *propagator) enqueueBindingResource(obj any) {
 // the caches are synced, and returns when ctx ends.
 func (p *propagator) run(ctx context.Context, workers int, synced chan<- struct{}) error {
 	defer p.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	p.logger.Store(&logger)
 	for _, start := range p.starts {
 		start(ctx.Done())
 	}
@@ -922,49 +973,24 @@ func podHealth(pod *corev1.Pod) string {
 	return healthUnhealthy
 }
 
-// syncStatus collects the member pods' status into the binding's
-// aggregatedStatus and aggregates it into the template's status.
+// syncStatus is Karmada's status pipeline for the template: each member
+// pod's status reflected by the interpreter into the binding's
+// aggregatedStatus (one item per cluster, sorted by name, as
+// assembleWorkStatus does), then the interpreter's aggregation of those items
+// written to the template's status when it differs. Karmada aggregates even
+// when no member has reported: the template then goes Pending.
 func (p *propagator) syncStatus(ctx context.Context, tmpl, binding *unstructured.Unstructured, clusters []string) error {
-	var agg []any
-	var items []statusItem
-	allApplied := true
-	for _, c := range clusters {
-		entry := map[string]any{"clusterName": c}
-		item := statusItem{ClusterName: c}
-		lister, ok := p.memberPods[c]
-		var pod *corev1.Pod
-		if ok {
-			if got, err := lister.Pods(tmpl.GetNamespace()).Get(tmpl.GetName()); err == nil && got.Annotations[karmada.TemplateUIDAnnotation] == string(tmpl.GetUID()) {
-				pod = got
-			}
-		}
-		if pod == nil {
-			allApplied = false
-			entry["applied"] = false
-			entry["health"] = healthUnknown
-		} else {
-			status, err := toJSONMap(pod.Status)
-			if err != nil {
-				return err
-			}
-			entry["applied"] = true
-			entry["health"] = podHealth(pod)
-			entry["status"] = status
-			item.Status = status
-		}
-		agg = append(agg, entry)
-		items = append(items, item)
+	set := p.interpreters.Load()
+	items, err := p.collectStatus(set, tmpl, clusters)
+	if err != nil {
+		return err
 	}
 
+	agg := aggregatedStatus(items)
 	before := binding.DeepCopy()
 	current, _, _ := unstructured.NestedSlice(binding.Object, "status", "aggregatedStatus")
-	reason, status := "FullyAppliedSuccess", metav1.ConditionTrue
-	msg := "All works have been successfully applied"
-	if !allApplied {
-		reason, status, msg = "FullyAppliedFailed", metav1.ConditionFalse, "Failed to apply all works, see status.aggregatedStatus for details"
-	}
-	condChanged := setCondition(binding, condition("FullyApplied", status, reason, msg, binding.GetGeneration()))
-	if condChanged || !reflect.DeepEqual(jsonNormal(current), jsonNormal(agg)) {
+	condChanged := setCondition(binding, fullyAppliedCondition(items, binding.GetGeneration()))
+	if condChanged || !reflect.DeepEqual(storedJSON(current), storedJSON(agg)) {
 		if err := unstructured.SetNestedSlice(binding.Object, agg, "status", "aggregatedStatus"); err != nil {
 			return err
 		}
@@ -974,29 +1000,172 @@ func (p *propagator) syncStatus(ctx context.Context, tmpl, binding *unstructured
 		}
 	}
 
-	collected := false
-	for _, it := range items {
-		collected = collected || it.Status != nil
-	}
-	if !collected {
-		return nil
-	}
-	want, err := aggregatePodStatus(items)
+	aggregated, err := set.aggregateStatus(tmpl.DeepCopy(), items)
 	if err != nil {
-		return err
+		return fmt.Errorf("aggregate status of pod %s/%s: %w", tmpl.GetNamespace(), tmpl.GetName(), err)
+	}
+	want, _, err := unstructured.NestedMap(aggregated.Object, "status")
+	if err != nil {
+		return fmt.Errorf("aggregated status of pod %s/%s: %w", tmpl.GetNamespace(), tmpl.GetName(), err)
 	}
 	have, _, _ := unstructured.NestedMap(tmpl.Object, "status")
-	// The apiserver keeps qosClass on status updates whatever is sent, so
-	// it is carried over and not compared: otherwise every write would
-	// differ and the template's own update event would loop.
-	if q, ok := have["qosClass"]; ok {
-		want["qosClass"] = q
-	}
-	if reflect.DeepEqual(jsonNormal(have), jsonNormal(want)) {
+	want, changed := podStatusWrite(have, want)
+	if !changed {
 		return nil
 	}
 	_, err = p.patchStatus(ctx, karmada.PodGVR, tmpl, want)
 	return err
+}
+
+// collectStatus is one status item per scheduled cluster, by cluster name.
+func (p *propagator) collectStatus(set *interpreterSet, tmpl *unstructured.Unstructured, clusters []string) ([]interpreter.StatusItem, error) {
+	sorted := append([]string(nil), clusters...)
+	sort.Strings(sorted)
+	items := make([]interpreter.StatusItem, 0, len(sorted))
+	for _, c := range sorted {
+		var pod *corev1.Pod
+		if lister, ok := p.memberPods[c]; ok {
+			if got, err := lister.Pods(tmpl.GetNamespace()).Get(tmpl.GetName()); err == nil && got.Annotations[karmada.TemplateUIDAnnotation] == string(tmpl.GetUID()) {
+				pod = got
+			}
+		}
+		item, err := memberStatusItem(set, c, pod)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, item)
+	}
+	return items, nil
+}
+
+// memberStatusItem is what Karmada records for cluster: not applied while
+// its pod does not exist, else applied with the pod's health and its status
+// as the interpreter reflects it (none when it reflects nothing).
+func memberStatusItem(set *interpreterSet, cluster string, pod *corev1.Pod) (interpreter.StatusItem, error) {
+	item := interpreter.StatusItem{ClusterName: cluster, Health: healthUnknown}
+	if pod == nil {
+		return item, nil
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pod)
+	if err != nil {
+		return item, fmt.Errorf("member pod %s/%s in %s: %w", pod.Namespace, pod.Name, cluster, err)
+	}
+	// Listers drop the type; the interpreter dispatches on it.
+	observed := &unstructured.Unstructured{Object: content}
+	observed.SetAPIVersion("v1")
+	observed.SetKind("Pod")
+	status, ok, err := set.reflectStatus(observed)
+	if err != nil {
+		return item, fmt.Errorf("reflect status of pod %s/%s in %s: %w", pod.Namespace, pod.Name, cluster, err)
+	}
+	item.Applied = true
+	item.Health = podHealth(pod)
+	if ok {
+		item.Status = status
+	}
+	return item, nil
+}
+
+// aggregatedStatus renders items as the binding's status.aggregatedStatus,
+// with workv1alpha2.AggregatedStatusItem's omitempty fields.
+func aggregatedStatus(items []interpreter.StatusItem) []any {
+	out := make([]any, 0, len(items))
+	for _, it := range items {
+		entry := map[string]any{"clusterName": it.ClusterName}
+		if it.Applied {
+			entry["applied"] = true
+		}
+		if it.AppliedMessage != "" {
+			entry["appliedMessage"] = it.AppliedMessage
+		}
+		if it.Health != "" {
+			entry["health"] = it.Health
+		}
+		if it.Status != nil {
+			entry["status"] = it.Status
+		}
+		out = append(out, entry)
+	}
+	return out
+}
+
+// fullyAppliedCondition is Karmada's FullyApplied: true only when every
+// scheduled cluster reports its resource applied and Healthy.
+func fullyAppliedCondition(items []interpreter.StatusItem, generation int64) map[string]any {
+	ok := len(items) > 0
+	for _, it := range items {
+		ok = ok && it.Applied && it.Health == healthHealthy
+	}
+	if ok {
+		return condition("FullyApplied", metav1.ConditionTrue, "FullyAppliedSuccess", "All works have been successfully applied", generation)
+	}
+	return condition("FullyApplied", metav1.ConditionFalse, "FullyAppliedFailed", "Failed to apply all works, see status.aggregatedStatus for details", generation)
+}
+
+// podStatusWrite decides the template's pods/status write as Karmada's
+// updateResourceStatus does (write when the aggregated status differs), with
+// two things the apiserver does on its own applied first, so that a status
+// it would store unchanged is not written again on every template event:
+// qosClass is kept when want has none (podStatusStrategy.PrepareForUpdate
+// backfills it; the built-in aggregation always drops it), and both sides are
+// compared as a typed PodStatus, which is how the apiserver stores them
+// (empty lists and nulls gone, unknown fields dropped).
+func podStatusWrite(have, want map[string]any) (map[string]any, bool) {
+	if want == nil {
+		want = map[string]any{}
+	}
+	if q, _ := want["qosClass"].(string); q == "" {
+		if hq, ok := have["qosClass"]; ok {
+			want["qosClass"] = hq
+		} else {
+			delete(want, "qosClass")
+		}
+	}
+	storedHave, errHave := storedPodStatus(have)
+	storedWant, errWant := storedPodStatus(want)
+	if errHave != nil || errWant != nil {
+		// The apiserver will say what is wrong with it.
+		return want, true
+	}
+	return want, !reflect.DeepEqual(storedHave, storedWant)
+}
+
+// storedPodStatus is status as the apiserver would keep it.
+func storedPodStatus(status map[string]any) (any, error) {
+	raw, err := json.Marshal(status)
+	if err != nil {
+		return nil, err
+	}
+	var typed corev1.PodStatus
+	if err := json.Unmarshal(raw, &typed); err != nil {
+		return nil, err
+	}
+	return jsonNormal(typed), nil
+}
+
+// storedJSON is v as it decodes from JSON without null object members,
+// which the apiserver prunes from custom resources: comparing with nulls left
+// in would make every sync look like a change.
+func storedJSON(v any) any {
+	return dropNulls(jsonNormal(v))
+}
+
+func dropNulls(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, child := range t {
+			if child == nil {
+				delete(t, k)
+				continue
+			}
+			t[k] = dropNulls(child)
+		}
+	case []any:
+		for i, child := range t {
+			t[i] = dropNulls(child)
+		}
+	}
+	return v
 }
 
 // jsonNormal returns v as it would decode from JSON, so values built here

@@ -21,10 +21,11 @@ import (
 )
 
 type propagationFixture struct {
-	karmada *dynamicfake.FakeDynamicClient
-	members map[string]*k8sfake.Clientset
-	mu      sync.Mutex
-	ready   map[string]bool
+	karmada    *dynamicfake.FakeDynamicClient
+	members    map[string]*k8sfake.Clientset
+	propagator *propagator
+	mu         sync.Mutex
+	ready      map[string]bool
 }
 
 func newPropagationFixture(t *testing.T, objs ...runtime.Object) (*propagationFixture, context.Context) {
@@ -40,6 +41,7 @@ func newPropagationFixtureWith(t *testing.T, ready map[string]bool, objs ...runt
 			karmada.PropagationPolicyGVR: "PropagationPolicyList",
 			karmada.ResourceBindingGVR:   "ResourceBindingList",
 			karmada.WorkGVR:              "WorkList",
+			customizationGVR:             "ResourceInterpreterCustomizationList",
 		}, objs...),
 		members: map[string]*k8sfake.Clientset{"member1": k8sfake.NewClientset(), "member2": k8sfake.NewClientset()},
 		ready:   ready,
@@ -52,6 +54,7 @@ func newPropagationFixtureWith(t *testing.T, ready map[string]bool, objs ...runt
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.propagator = p
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	done := make(chan struct{})
 	go func() {
@@ -258,6 +261,9 @@ func TestPropagatePodLifecycle(t *testing.T) {
 		if _, ok := tmplStatus[k]; ok {
 			t.Errorf("template status has %s: %v", k, tmplStatus)
 		}
+	}
+	if tmplStatus["qosClass"] != "BestEffort" {
+		t.Errorf("template qosClass = %v, want the apiserver's BestEffort kept", tmplStatus["qosClass"])
 	}
 	cs, _ := tmplStatus["containerStatuses"].([]any)
 	if len(cs) != 1 {
