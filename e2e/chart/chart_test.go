@@ -327,6 +327,7 @@ var (
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{"work.karmada.io"}, Resources: []string{"resourcebindings"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"cluster.karmada.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"config.karmada.io"}, Resources: []string{"resourceinterpretercustomizations"}, Verbs: []string{"list"}},
 	}
 	authorizeRules = append(slices.Clone(passthroughRules),
 		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},

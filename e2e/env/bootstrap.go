@@ -98,6 +98,7 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			rbacv1.PolicyRule{APIGroups: []string{"work.karmada.io"}, Resources: []string{"resourcebindings"}, Verbs: []string{"get", "list", "watch"}},
 			rbacv1.PolicyRule{APIGroups: []string{"cluster.karmada.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
+			rbacv1.PolicyRule{APIGroups: []string{"config.karmada.io"}, Resources: []string{"resourceinterpretercustomizations"}, Verbs: []string{"list"}},
 			clusterProxyRule,
 			rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},

@@ -27,6 +27,10 @@ rules:
   - apiGroups: [cluster.karmada.io]
     resources: [clusters]
     verbs: [get, list, watch]
+  # the startup check that warns when pod status is not kept faithfully
+  - apiGroups: [config.karmada.io]
+    resources: [resourceinterpretercustomizations]
+    verbs: [list]
 {{- if $authorize }}
   # authorize mode: authenticate and authorize callers
   - apiGroups: [authentication.k8s.io]
