@@ -25,6 +25,12 @@ const (
 	SourceNone    = "none"
 )
 
+// Limit scopes label stream limit rejections.
+const (
+	LimitScopeTotal  = "total"
+	LimitScopeClient = "client"
+)
+
 // Metrics holds every collector the gateway exports.
 type Metrics struct {
 	// RequestsTotal counts requests by route and HTTP status code.
@@ -49,6 +55,9 @@ type Metrics struct {
 	CacheObjects *prometheus.GaugeVec
 	// AuthDecisionsTotal counts authorize-mode decisions by result and whether they came from cache.
 	AuthDecisionsTotal *prometheus.CounterVec
+	// StreamLimitRejectionsTotal counts streams refused with 429 by the limit
+	// that was hit: scope "total" (the whole gateway) or "client" (one identity).
+	StreamLimitRejectionsTotal *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -101,11 +110,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "auth_decisions_total",
 			Help: "authorize-mode decisions, by result (allowed, denied, unauthenticated, error) and cache (hit, miss).",
 		}, []string{"result", "cache"}),
+		StreamLimitRejectionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_limit_rejections_total",
+			Help: "Upgraded or streaming requests refused with 429 because a concurrency limit was reached, by scope (total, client).",
+		}, []string{"scope"}),
 	}
 	reg.MustRegister(
 		m.RequestsTotal, m.RequestDuration, m.ActiveStreams, m.StreamDuration,
 		m.ResolveTotal, m.ResolveAmbiguousTotal, m.LabelerPatchesTotal, m.LabelLatency,
-		m.LabelerLeader, m.CacheObjects, m.AuthDecisionsTotal,
+		m.LabelerLeader, m.CacheObjects, m.AuthDecisionsTotal, m.StreamLimitRejectionsTotal,
 	)
 	return m
 }

@@ -42,6 +42,11 @@
 //     Authorizer and sent with the gateway's identity after every client
 //     identity header is removed; passthrough routes keep bearer callers'
 //     headers, and x509 callers are impersonated by the gateway.
+//   - Limits (limit.go): upgraded and streaming requests hold a slot of
+//     MaxStreams and of MaxStreamsPerClient for the client's identity (a
+//     SHA-256 of its bearer token, a certificate subject the Authorizer
+//     verified, else its IP) for as long as they stream; over either limit
+//     the client gets 429 with Retry-After before anything goes upstream.
 //   - Drain: Shutdown refuses new requests with 503 and waits for in-flight
 //     ones, including hijacked streams http.Server.Shutdown does not track;
 //     when its context ends it cancels them (each request's context derives

@@ -52,6 +52,13 @@ type Options struct {
 	// Metrics receives request and stream metrics; nil records into a
 	// private registry.
 	Metrics *metrics.Metrics
+	// MaxStreams bounds the upgraded (exec, attach, portforward, any other
+	// Upgrade) and streaming (watch, log follow) requests open at once;
+	// MaxStreamsPerClient bounds them per client identity (see
+	// clientIdentity). A request over either limit gets 429 before anything
+	// is sent upstream. 0 is unlimited.
+	MaxStreams          int
+	MaxStreamsPerClient int
 }
 
 // Proxy is the gateway's HTTP handler.
@@ -63,6 +70,7 @@ type Proxy struct {
 	metrics    *metrics.Metrics
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
+	limiter    *streamLimiter
 
 	// drainCtx parents every request's context; cancelling it cuts them all.
 	drainCtx    context.Context
@@ -91,6 +99,9 @@ func New(opts Options) (*Proxy, error) {
 	default:
 		return nil, fmt.Errorf("proxy: unknown auth mode %q", opts.AuthMode)
 	}
+	if opts.MaxStreams < 0 || opts.MaxStreamsPerClient < 0 {
+		return nil, errors.New("proxy: stream limits must not be negative (0 is unlimited)")
+	}
 	up, err := newUpstream(opts.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
@@ -104,6 +115,7 @@ func New(opts Options) (*Proxy, error) {
 		authMode:   opts.AuthMode,
 		authorizer: opts.Authorizer,
 		metrics:    opts.Metrics,
+		limiter:    newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
 		idle:       make(chan struct{}),
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
@@ -132,6 +144,9 @@ type requestState struct {
 	path, rawPath   string // outbound path below the upstream base path
 	gatewayIdentity bool
 	editHeader      func(http.Header)
+	// certVerified is set once the Authorizer accepted the client
+	// certificate as the request's credential.
+	certVerified bool
 }
 
 type stateKey struct{}
@@ -187,6 +202,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		logger = logger.WithValues("user", caller.Name)
+		state.certVerified = !hasBearerToken(r) && hasClientCertificate(r)
 		state.gatewayIdentity = true
 		state.editHeader = StripIdentityHeaders
 	}
@@ -229,6 +245,7 @@ func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 			writeStatus(w, err)
 			return
 		}
+		state.certVerified = true
 		state.gatewayIdentity = true
 		state.editHeader = func(h http.Header) {
 			StripIdentityHeaders(h)
@@ -247,6 +264,21 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	state.upgrade = up != ""
 	state.streaming = isStreamingRequest(state.route, r.URL)
+	if state.upgrade || state.streaming {
+		// ReverseProxy returns only when the stream ended, upgraded ones
+		// included, so the slot is held exactly as long as the stream.
+		release, limitedBy := p.limiter.acquire(clientIdentity(r, state.certVerified))
+		if release == nil {
+			p.metrics.StreamLimitRejectionsTotal.WithLabelValues(limitedBy).Inc()
+			klog.FromContext(r.Context()).V(2).Info("Stream limit reached", "scope", limitedBy, "route", state.route)
+			if state.upgrade {
+				w.Header().Set("Connection", "close") // as after any refused upgrade
+			}
+			writeStatus(w, p.limiter.tooMany(limitedBy))
+			return
+		}
+		defer release()
+	}
 	p.reverse.ServeHTTP(w, r)
 }
 

@@ -44,6 +44,11 @@ func writeStatus(w http.ResponseWriter, err error) {
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		// As kube-apiserver does: client-go waits for the header, not the
+		// Status detail, before it retries a 429 or 5xx.
+		h.Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))
+	}
 	w.WriteHeader(int(st.Code))
 	_, _ = w.Write(body)
 }

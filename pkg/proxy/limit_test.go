@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+func TestStreamLimiter(t *testing.T) {
+	type step struct {
+		client string
+		// want is "" for a granted slot, else the scope that refuses it.
+		want string
+		// release, when >= 0, releases the slot granted at that step index
+		// instead of acquiring.
+		release int
+	}
+	acq := func(client, want string) step { return step{client: client, want: want, release: -1} }
+	rel := func(i int) step { return step{release: i} }
+	tests := []struct {
+		name             string
+		total, perClient int
+		steps            []step
+	}{
+		{"unlimited", 0, 0, []step{acq("a", ""), acq("a", ""), acq("a", ""), acq("b", "")}},
+		{"per client only", 0, 2, []step{acq("a", ""), acq("a", ""), acq("a", "client"), acq("b", ""), acq("b", ""), acq("b", "client")}},
+		{"total only", 2, 0, []step{acq("a", ""), acq("b", ""), acq("c", "total"), acq("a", "total")}},
+		{"total is checked first", 2, 1, []step{acq("a", ""), acq("b", ""), acq("a", "total")}},
+		{"release frees the client slot", 0, 1, []step{acq("a", ""), acq("a", "client"), rel(0), acq("a", "")}},
+		{"release frees the total slot", 1, 0, []step{acq("a", ""), acq("b", "total"), rel(0), acq("b", "")}},
+		{"double release counts once", 2, 0, []step{acq("a", ""), acq("b", ""), rel(0), rel(0), acq("c", ""), acq("d", "total")}},
+		{"clients are independent", 3, 1, []step{acq("a", ""), acq("b", ""), acq("a", "client"), acq("c", ""), acq("d", "total")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newStreamLimiter(tt.total, tt.perClient)
+			releases := map[int]func(){}
+			for i, s := range tt.steps {
+				if s.release >= 0 {
+					releases[s.release]()
+					continue
+				}
+				release, limitedBy := l.acquire(s.client)
+				if limitedBy != s.want || (release == nil) != (s.want != "") {
+					t.Fatalf("step %d (%s): limitedBy %q release %v, want %q", i, s.client, limitedBy, release != nil, s.want)
+				}
+				if release != nil {
+					releases[i] = release
+				}
+			}
+			for _, release := range releases {
+				release()
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.open != 0 || len(l.byClient) != 0 {
+				t.Errorf("after releasing everything: open %d, clients %v", l.open, l.byClient)
+			}
+		})
+	}
+}
+
+func TestClientIdentity(t *testing.T) {
+	cert := &x509.Certificate{Subject: pkix.Name{CommonName: "alice", Organization: []string{"dev"}}}
+	withCert := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
+	tokenKey := hashedToken("secret-token")
+	tests := []struct {
+		name         string
+		header       http.Header
+		tls          *tls.ConnectionState
+		certVerified bool
+		want         string
+	}{
+		{"bearer token", http.Header{"Authorization": {"Bearer secret-token"}}, nil, false, tokenKey},
+		{"bearer scheme case", http.Header{"Authorization": {"bEaReR secret-token"}}, nil, false, tokenKey},
+		{"bearer wins over certificate", http.Header{"Authorization": {"Bearer secret-token"}}, withCert, true, tokenKey},
+		{"websocket bearer subprotocol", http.Header{"Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.secret-token"}}, nil, false, tokenKey},
+		{"verified certificate", nil, withCert, true, "x509:CN=alice,O=dev"},
+		{"unverified certificate is anonymous", nil, withCert, false, "ip:192.0.2.7"},
+		{"empty bearer is anonymous", http.Header{"Authorization": {"Bearer "}}, nil, false, "ip:192.0.2.7"},
+		{"basic auth is anonymous", http.Header{"Authorization": {"Basic YTpi"}}, nil, false, "ip:192.0.2.7"},
+		{"empty websocket token is anonymous", http.Header{"Sec-Websocket-Protocol": {"base64url.bearer.authorization.k8s.io."}}, nil, false, "ip:192.0.2.7"},
+		{"anonymous", nil, nil, false, "ip:192.0.2.7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = "192.0.2.7:41234"
+			r.Header = tt.header
+			if r.Header == nil {
+				r.Header = http.Header{}
+			}
+			r.TLS = tt.tls
+			got := clientIdentity(r, tt.certVerified)
+			if got != tt.want {
+				t.Fatalf("identity %q, want %q", got, tt.want)
+			}
+			if strings.Contains(got, "secret-token") {
+				t.Fatalf("identity %q holds the raw token", got)
+			}
+		})
+	}
+	// IPv6 callers are keyed by address without port either.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "[::1]:5555"
+	if got := clientIdentity(r, false); got != "ip:::1" {
+		t.Errorf("IPv6 identity %q", got)
+	}
+}
+
+func TestNewRejectsNegativeStreamLimits(t *testing.T) {
+	for _, opts := range []Options{{MaxStreams: -1}, {MaxStreamsPerClient: -1}} {
+		opts.Upstream = &rest.Config{Host: "http://127.0.0.1:1"}
+		opts.Resolver = &stubResolver{cluster: testCluster}
+		if _, err := New(opts); err == nil {
+			t.Errorf("New(%+v) accepted a negative limit", opts)
+		}
+	}
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, MaxStreams: 7, MaxStreamsPerClient: 3})
+	if p.limiter.total != 7 || p.limiter.perClient != 3 {
+		t.Errorf("limiter total %d per client %d, want 7 and 3", p.limiter.total, p.limiter.perClient)
+	}
+}
+
+func counterValue(t *testing.T, m *metrics.Metrics, scope string) float64 {
+	t.Helper()
+	return value(t, m.StreamLimitRejectionsTotal.WithLabelValues(scope))
+}
+
+// TestStreamLimitsEndToEnd opens real upgraded streams through a gateway
+// limited to 2 streams in total and 1 per client.
+func TestStreamLimitsEndToEnd(t *testing.T) {
+	up := newEchoUpgrader(t, "SPDY/3.1")
+	p, gw := newUpgradeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "" {
+			_, _ = io.WriteString(w, "{}")
+			return
+		}
+		up.ServeHTTP(w, r)
+	}), nil)
+	m := metrics.New(prometheus.NewRegistry())
+	p.metrics = m
+	p.limiter = newStreamLimiter(2, 1)
+
+	exec := func(token string) [][2]string {
+		return [][2]string{{"Connection", "Upgrade"}, {"Upgrade", "SPDY/3.1"}, {"Authorization", "Bearer " + token}}
+	}
+	const target = "/api/v1/namespaces/ci/pods/p/exec?command=sh&stdin=true"
+	wantTooMany := func(t *testing.T, token, scope string) {
+		t.Helper()
+		before := len(up.requestHeaders())
+		c := dialGateway(t, gw)
+		resp := c.send(t, "POST", target, exec(token))
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("status %d %s, want 429", resp.StatusCode, body)
+		}
+		st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+		if st.Reason != metav1.StatusReasonTooManyRequests || st.Code != 429 || st.Details == nil || st.Details.RetryAfterSeconds != 1 {
+			t.Errorf("Status %+v", st)
+		}
+		if !strings.Contains(st.Message, map[string]string{"total": "through the gateway (limit 2)", "client": "for this client (limit 1)"}[scope]) {
+			t.Errorf("message %q does not name the %s limit", st.Message, scope)
+		}
+		if resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q", resp.Header.Get("Retry-After"))
+		}
+		if !resp.Close {
+			t.Error("refused upgrade left the connection open")
+		}
+		if strings.Contains(string(body), token) {
+			t.Error("the answer holds the token")
+		}
+		if n := len(up.requestHeaders()); n != before {
+			t.Fatalf("a refused stream reached the upstream")
+		}
+	}
+
+	a := dialGateway(t, gw)
+	if resp := a.send(t, "POST", target, exec("token-a")); resp.StatusCode != 101 {
+		t.Fatalf("first stream: %d", resp.StatusCode)
+	}
+	a.echo(t, "a")
+	wantTooMany(t, "token-a", "client")
+	if got := counterValue(t, m, "client"); got != 1 {
+		t.Errorf("rejections{client} = %v", got)
+	}
+
+	b := dialGateway(t, gw)
+	if resp := b.send(t, "POST", target, exec("token-b")); resp.StatusCode != 101 {
+		t.Fatalf("another client's stream: %d", resp.StatusCode)
+	}
+	b.echo(t, "b")
+	wantTooMany(t, "token-c", "total")
+	if got := counterValue(t, m, "total"); got != 1 {
+		t.Errorf("rejections{total} = %v", got)
+	}
+
+	// Ordinary requests are not streams and are never limited.
+	resp, err := gw.Client().Get(gw.URL + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests {
+		t.Fatal("a non-stream request was limited")
+	}
+
+	// When the client ends its stream, its slot comes back.
+	a.conn.Close()
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		c := dialGateway(t, gw)
+		defer c.conn.Close()
+		resp := c.send(t, "POST", target, exec("token-a"))
+		return resp.StatusCode == http.StatusSwitchingProtocols, nil
+	})
+	if err != nil {
+		t.Fatalf("the slot of a closed stream never came back: %v", err)
+	}
+}
+
+// TestStreamLimitCountsWatches: a passthrough watch holds a slot for as long
+// as it streams, and a plain list does not take one.
+func TestStreamLimitCountsWatches(t *testing.T) {
+	opened := make(chan struct{}, 4)
+	release := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "" {
+			_, _ = io.WriteString(w, `{"kind":"PodList"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		opened <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer upstream.Close()
+	defer close(release)
+	m := metrics.New(prometheus.NewRegistry())
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: upstream.URL}, Metrics: m, MaxStreamsPerClient: 1})
+	gw := httptest.NewServer(p)
+	defer gw.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	get := func(target string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, "GET", gw.URL+target, nil)
+		req.Header.Set("Authorization", "Bearer watcher")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	watch := get("/api/v1/namespaces/ci/pods?watch=true")
+	defer watch.Body.Close()
+	select {
+	case <-opened:
+	case <-ctx.Done():
+		t.Fatal("watch never opened")
+	}
+	if resp := get("/api/v1/namespaces/ci/pods"); resp.StatusCode != 200 {
+		t.Errorf("list while watching: %d", resp.StatusCode)
+	} else {
+		resp.Body.Close()
+	}
+	resp := get("/api/v1/namespaces/ci/pods/p/log?follow=true")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second stream of the same client: %d %s", resp.StatusCode, body)
+	}
+	decodeStatus(t, resp.Header.Get("Content-Type"), body)
+	if got := counterValue(t, m, "client"); got != 1 {
+		t.Errorf("rejections{client} = %v", got)
+	}
+}
