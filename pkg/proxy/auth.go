@@ -19,31 +19,26 @@ const (
 	websocketBearerPrefix = "base64url.bearer.authorization.k8s.io."
 )
 
-// requestHeaderIdentity are kube-apiserver's default front-proxy identity
-// headers. They only count when the sender presents a front-proxy client
-// certificate, but a client must never be able to make the gateway send them.
-var requestHeaderIdentity = []string{"X-Remote-User", "X-Remote-Uid", "X-Remote-Group"}
-
-const requestHeaderExtraPrefix = "X-Remote-Extra-"
+// requestHeaderPrefix covers kube-apiserver's default front-proxy identity
+// headers (X-Remote-User, -Uid, -Group, -Extra-*). They only count when the
+// sender presents a front-proxy client certificate, but a client must never
+// be able to make the gateway send them; the whole prefix goes, so a
+// deployment that configured other X-Remote-* names is covered too.
+const requestHeaderPrefix = "X-Remote-"
 
 // StripIdentityHeaders removes every header through which a client could
 // claim an identity upstream: Authorization, every Impersonate-* header
-// (User, Uid, Group, Extra-*, whatever comes next), the default front-proxy
-// X-Remote-* headers, and a bearer token passed as a WebSocket subprotocol.
+// (User, Uid, Group, Extra-*, whatever comes next), every X-Remote-* header
+// (the default front-proxy identity headers), and a bearer token passed as a
+// WebSocket subprotocol.
 // The proxy applies it before sending a request with the gateway's identity;
 // it is exported so other packages strip the same set.
 func StripIdentityHeaders(h http.Header) {
 	for key := range h {
 		if strings.EqualFold(key, "Authorization") ||
 			hasPrefixFold(key, impersonatePrefix) ||
-			hasPrefixFold(key, requestHeaderExtraPrefix) {
+			hasPrefixFold(key, requestHeaderPrefix) {
 			delete(h, key)
-			continue
-		}
-		for _, name := range requestHeaderIdentity {
-			if strings.EqualFold(key, name) {
-				delete(h, key)
-			}
 		}
 	}
 	stripWebSocketBearer(h)

@@ -60,6 +60,7 @@ func FuzzStripIdentityHeaders(f *testing.F) {
 	f.Add("iMpErSoNaTe-", "", "authorization ", "x", "Impersonate")
 	f.Add("Authorization", "Bearer t", "imperſonate-user", "unicode s", "Impersonate-Extra-")
 	f.Add("X-Remote-User", "admin", "x-remote-extra-a", "b", "X-Remote-Group")
+	f.Add("X-Remote-", "", "x-remote-custom-user", "admin", "X-REMOTE-UID")
 	f.Fuzz(func(t *testing.T, rawKey, rawValue, addKey, addValue, nilKey string) {
 		h := http.Header{"X-Keep": {"1"}}
 		h[rawKey] = append(h[rawKey], rawValue)

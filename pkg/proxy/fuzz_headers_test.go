@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+)
+
+// FuzzAuthorizeModeHeaders sends a rewritten request in authorize mode with
+// arbitrary extra header lines, exactly as http.Server would parse them, and
+// checks what leaves the gateway: no client identity header in any spelling
+// Go canonicalises it to, no bearer subprotocol, and the stream limiter's
+// key never holds the token.
+func FuzzAuthorizeModeHeaders(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"Impersonate-User: admin", "X-Remote-Group: system:masters", "Connection: Impersonate-User"},
+		{"impersonate-extra-scopes%2Fx: y", "IMPERSONATE-UID: 0", "x-remote-extra-a: b"},
+		{"Sec-WebSocket-Protocol: base64url.bearer.authorization.k8s.io.dG9rZW4, v5.channel.k8s.io", "Connection: Upgrade", "Upgrade: websocket"},
+		{"Authorization: Bearer other", "Authorization: Basic YTpi", "Proxy-Authorization: Bearer x"},
+		{"Impersonate-User : admin", "Impersonate-User:admin", "X-Remote-User:\tadmin"},
+		{"Connection: X-Remote-User, Authorization", "Te: trailers", "Trailer: Impersonate-User"},
+	} {
+		f.Add(seed[0], seed[1], seed[2])
+	}
+
+	var out []*http.Request
+	authz := &fakeAuthorizer{caller: Caller{Name: "alice"}}
+	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, AuthMode: AuthAuthorize, Authorizer: authz})
+	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		out = append(out, r)
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})
+	// The gateway transport would add the gateway's token; the stub shows
+	// what the proxy itself lets through.
+	p.upstream.gateway, p.upstream.gatewayUpgrade = stub, stub
+	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+
+	f.Fuzz(func(t *testing.T, line1, line2, line3 string) {
+		var b strings.Builder
+		b.WriteString("POST /api/v1/namespaces/ci/pods/p/exec?command=sh HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer secret-token\r\n")
+		for _, l := range []string{line1, line2, line3} {
+			if strings.ContainsAny(l, "\r\n") {
+				return // one header line each; a line break would start a body
+			}
+			if l != "" {
+				b.WriteString(l + "\r\n")
+			}
+		}
+		b.WriteString("\r\n")
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(b.String())))
+		if err != nil {
+			return // http.Server would refuse it before the proxy
+		}
+		if key := clientIdentity(req, false); strings.Contains(key, "secret-token") {
+			t.Fatalf("stream limiter key %q holds the token", key)
+		}
+		out = nil
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		if len(out) == 0 {
+			return // refused (bad Upgrade, limits): nothing left the gateway
+		}
+		if len(out) > 1 {
+			t.Fatalf("%d upstream requests", len(out))
+		}
+		for k, vs := range out[0].Header {
+			if identityHeaderOracle(k) {
+				t.Errorf("identity header %q: %q left the gateway", k, vs)
+			}
+			for _, v := range vs {
+				if strings.Contains(v, "secret-token") || strings.Contains(v, websocketBearerPrefix) {
+					t.Errorf("header %q carries a client credential: %q", k, v)
+				}
+			}
+		}
+		if out[0].Trailer != nil {
+			for k := range out[0].Trailer {
+				if identityHeaderOracle(k) {
+					t.Errorf("identity trailer %q announced upstream", k)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,540 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+)
+
+// TestHostilePaths adds to TestRouting the path tricks it does not cover:
+// names far over the limits, unicode, pods named like paths, double
+// encoding, path parameters, and request-target forms.
+func TestHostilePaths(t *testing.T) {
+	proxied := func(ns, name, sub string) string {
+		return karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
+	}
+	tests := []struct {
+		name     string
+		target   string
+		wantCode int
+		// wantPath is the decoded path the upstream received, for 200s.
+		wantPath string
+	}{
+		// Over the limits: refused, never truncated or hashed into a valid name.
+		{"name of 254 bytes in labels", "/api/v1/namespaces/ci/pods/" + strings.Repeat("a.", 127) + "/exec", 400, ""},
+		{"name of 4 KiB", "/api/v1/namespaces/ci/pods/" + strings.Repeat("a", 4096) + "/exec", 400, ""},
+		{"name of 64 KiB", "/api/v1/namespaces/ci/pods/" + strings.Repeat("b", 64<<10) + "/log", 400, ""},
+		{"namespace of 4 KiB", "/api/v1/namespaces/" + strings.Repeat("n", 4096) + "/pods/x/attach", 400, ""},
+
+		// Unicode: never a DNS name, whatever it looks like.
+		{"raw UTF-8 name", "/api/v1/namespaces/ci/pods/caf\xc3\xa9/exec", 400, ""},
+		{"percent-encoded UTF-8 name", "/api/v1/namespaces/ci/pods/caf%C3%A9/exec", 400, ""},
+		{"raw UTF-8 namespace", "/api/v1/namespaces/\xe2\x98\x83/pods/x/exec", 400, ""},
+		{"NUL in name", "/api/v1/namespaces/ci/pods/x%00/exec", 400, ""},
+		{"fullwidth dots and solidus pass through unrewritten", "/api/v1/namespaces/ci/pods/x\xef\xbc\x8f\xef\xbc\x8e\xef\xbc\x8e\xef\xbc\x8fexec", 200,
+			"/api/v1/namespaces/ci/pods/x\uff0f\uff0e\uff0e\uff0fexec"},
+		{"overlong UTF-8 slash passes through unrewritten", "/api/v1/namespaces/ci/pods/x%C0%AFexec", 200, "/api/v1/namespaces/ci/pods/x\xc0\xafexec"},
+
+		// A pod named like a path.
+		{"name is an encoded path to another namespace", "/api/v1/namespaces/ci/pods/..%2F..%2Fkube-system%2Fpods%2Fetcd/exec", 400, ""},
+		{"name is an encoded absolute path", "/api/v1/namespaces/ci/pods/%2Fapi%2Fv1%2Fnamespaces%2Fkube-system%2Fpods%2Fetcd/exec", 400, ""},
+		{"subresource hides a path back to exec", "/api/v1/namespaces/ci/pods/x/exec%2F..%2F..%2Fy%2Fexec", 400, ""},
+		{"double-encoded slash", "/api/v1/namespaces/ci/pods/a%252Fb/exec", 400, ""},
+		{"double-encoded dot dot", "/api/v1/namespaces/ci/pods/%252e%252e/exec", 400, ""},
+		{"path parameter in name", "/api/v1/namespaces/ci/pods/x;y=../../z/exec", 400, ""},
+		{"pod named exec", "/api/v1/namespaces/ci/pods/exec/exec", 200, proxied("ci", "exec", "exec")},
+		{"pod named log, attach", "/api/v1/namespaces/ci/pods/log/attach", 200, proxied("ci", "log", "attach")},
+		{"namespace named pods, pod named namespaces", "/api/v1/namespaces/pods/pods/namespaces/portforward", 200, proxied("pods", "namespaces", "portforward")},
+		{"pod named like a domain", "/api/v1/namespaces/ci/pods/api.v1.namespaces/log", 200, proxied("ci", "api.v1.namespaces", "log")},
+		{"path parameter on subresource passes through unrewritten", "/api/v1/namespaces/ci/pods/x/exec;jsessionid=1", 200, "/api/v1/namespaces/ci/pods/x/exec;jsessionid=1"},
+		{"backslashes pass through unrewritten", "/api/v1/namespaces/ci/pods/x\\..\\exec", 200, "/api/v1/namespaces/ci/pods/x\\..\\exec"},
+
+		// Request-target forms: the gateway only ever talks to its upstream.
+		{"absolute-form target cannot choose the host", "http://attacker.invalid/api/v1/namespaces/ci/pods/x/exec", 200, proxied("ci", "x", "exec")},
+		{"absolute-form passthrough", "http://attacker.invalid/api/v1/secrets", 200, "/api/v1/secrets"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &recordingUpstream{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}})
+
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, rawRequest(t, "POST", tt.target, nil, ""))
+			reqs := up.requests()
+			if rec.Code != tt.wantCode {
+				t.Fatalf("code = %d, want %d; body %.300s", rec.Code, tt.wantCode, rec.Body)
+			}
+			if tt.wantCode != http.StatusOK {
+				if len(reqs) != 0 {
+					t.Fatalf("refused request reached the upstream: %.300s", reqs[0].RequestURI)
+				}
+				st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+				if int(st.Code) != tt.wantCode {
+					t.Fatalf("Status code %d", st.Code)
+				}
+				return
+			}
+			if len(reqs) != 1 {
+				t.Fatalf("upstream got %d requests", len(reqs))
+			}
+			if reqs[0].Path != tt.wantPath {
+				t.Errorf("upstream path %q, want %q", reqs[0].Path, tt.wantPath)
+			}
+			if want := strings.TrimPrefix(srv.URL, "http://"); reqs[0].Host != want {
+				t.Errorf("upstream Host %q, want %q", reqs[0].Host, want)
+			}
+		})
+	}
+}
+
+// authorizeEnv is a TLS gateway in authorize mode in front of a TLS upstream
+// that records plain requests and switches upgrades.
+type authorizeEnv struct {
+	proxy *Proxy
+	gw    *httptest.Server
+	up    *recordingUpstream
+	echo  *echoUpgrader
+	authz *fakeAuthorizer
+	res   *stubResolver
+}
+
+func newAuthorizeEnv(t *testing.T, authz *fakeAuthorizer) *authorizeEnv {
+	t.Helper()
+	env := &authorizeEnv{up: &recordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz, res: &stubResolver{cluster: testCluster}}
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" {
+			env.echo.ServeHTTP(w, r)
+			return
+		}
+		env.up.ServeHTTP(w, r)
+	}))
+	upstream.StartTLS()
+	t.Cleanup(upstream.Close)
+	cfg := tlsUpstreamConfig(upstream)
+	cfg.BearerToken = "gateway-token"
+	env.proxy = newTestProxy(t, Options{Upstream: cfg, AuthMode: AuthAuthorize, Authorizer: authz, Resolver: env.res})
+	env.gw = httptest.NewUnstartedServer(env.proxy)
+	env.gw.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	env.gw.StartTLS()
+	t.Cleanup(env.gw.Close)
+	return env
+}
+
+// dial opens a raw HTTP/1.1 client connection, presenting cert if given.
+func (env *authorizeEnv) dial(t *testing.T, cert *tls.Certificate) *rawClient {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(env.gw.Certificate())
+	cfg := &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	conn, err := tls.Dial("tcp", env.gw.Listener.Addr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	return &rawClient{conn: conn, br: bufio.NewReader(conn)}
+}
+
+// forgedIdentity is every way a client might try to claim an identity
+// upstream, in the spellings a raw client can send.
+var forgedIdentity = [][2]string{
+	{"Authorization", "Bearer caller-token"},
+	{"impersonate-user", "admin"},
+	{"IMPERSONATE-GROUP", "system:masters"},
+	{"Impersonate-Group", "system:nodes"},
+	{"Impersonate-Uid", "0"},
+	{"impersonate-extra-scopes", "all"},
+	{"Impersonate-Extra-Authentication.kubernetes.io%2Fcredential-id", "X509SHA256=forged"},
+	{"x-remote-user", "admin"},
+	{"X-REMOTE-GROUP", "system:masters"},
+	{"X-Remote-Uid", "0"},
+	{"x-remote-extra-scopes", "all"},
+}
+
+func assertGatewayIdentityOnly(t *testing.T, h http.Header) {
+	t.Helper()
+	for k, v := range h {
+		if strings.HasPrefix(k, "Impersonate-") || strings.HasPrefix(k, "X-Remote-") {
+			t.Errorf("forged identity header %s: %q reached the upstream", k, v)
+		}
+	}
+	if got := h.Values("Authorization"); !reflect.DeepEqual(got, []string{"Bearer gateway-token"}) {
+		t.Errorf("Authorization %q, want only the gateway's", got)
+	}
+}
+
+func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
+	caller := Caller{Name: "alice", Groups: []string{"dev", "system:authenticated"}}
+	for _, sub := range podSubresources {
+		for _, upgrade := range []bool{false, true} {
+			name := sub
+			if upgrade {
+				name += " upgraded"
+			}
+			t.Run(name, func(t *testing.T) {
+				env := newAuthorizeEnv(t, &fakeAuthorizer{caller: caller})
+				header := append([][2]string(nil), forgedIdentity...)
+				// Listing identity headers as hop-by-hop must not make the
+				// gateway drop its own credentials either.
+				connection := "Authorization, Impersonate-User, X-Remote-User"
+				if upgrade {
+					connection = "Upgrade, " + connection
+					header = append(header, [2]string{"Upgrade", "SPDY/3.1"})
+				}
+				header = append(header, [2]string{"Connection", connection})
+				c := env.dial(t, nil)
+				resp := c.send(t, "POST", "/api/v1/namespaces/ci/pods/p/"+sub+"?x=1", header)
+				want := http.StatusOK
+				if upgrade {
+					want = http.StatusSwitchingProtocols
+				}
+				if resp.StatusCode != want {
+					body, _ := io.ReadAll(resp.Body)
+					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
+				}
+				var got http.Header
+				if upgrade {
+					c.echo(t, "x")
+					got = env.echo.requestHeaders()[0]
+				} else {
+					_, _ = io.ReadAll(resp.Body)
+					reqs := env.up.requests()
+					if len(reqs) != 1 {
+						t.Fatalf("%d upstream requests", len(reqs))
+					}
+					if reqs[0].Path != karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/"+sub) {
+						t.Errorf("path %q", reqs[0].Path)
+					}
+					got = reqs[0].Header
+				}
+				assertGatewayIdentityOnly(t, got)
+			})
+		}
+	}
+}
+
+// TestForgedConnectionCannotDropImpersonation: an x509 caller on a
+// passthrough route is sent with the gateway's identity impersonating them.
+// If a client could list Impersonate-User as hop-by-hop and have it removed
+// after the gateway set it, it would act as the gateway itself.
+func TestForgedConnectionCannotDropImpersonation(t *testing.T) {
+	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
+	cert := clientCertificate(t)
+	c := env.dial(t, &cert)
+	header := append([][2]string(nil), forgedIdentity[1:]...) // no bearer: the certificate is the credential
+	header = append(header, [2]string{"Connection", "Impersonate-User, Impersonate-Group, Authorization, keep-alive"})
+	resp := c.send(t, "GET", "/api/v1/namespaces/ci/secrets", header)
+	_, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	reqs := env.up.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	got := reqs[0].Header
+	if got.Get("Authorization") != "Bearer gateway-token" ||
+		!reflect.DeepEqual(got.Values("Impersonate-User"), []string{"alice"}) ||
+		!reflect.DeepEqual(got.Values("Impersonate-Group"), []string{"dev"}) {
+		t.Errorf("upstream identity: Authorization %q Impersonate-User %q Impersonate-Group %q; want the gateway impersonating alice",
+			got.Get("Authorization"), got.Values("Impersonate-User"), got.Values("Impersonate-Group"))
+	}
+	for k := range got {
+		if k != "Impersonate-User" && k != "Impersonate-Group" && (strings.HasPrefix(k, "Impersonate-") || strings.HasPrefix(k, "X-Remote-")) {
+			t.Errorf("forged %s reached the upstream", k)
+		}
+	}
+}
+
+// TestClusterComesOnlyFromResolver: in authorize mode the SubjectAccessReview
+// is about the pod in karmada-apiserver and the member cluster is the
+// Resolver's answer; nothing in the request can choose it.
+func TestClusterComesOnlyFromResolver(t *testing.T) {
+	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice"}})
+	c := env.dial(t, nil)
+	resp := c.send(t, "POST",
+		"/api/v1/namespaces/ci/pods/p/exec?command=sh&cluster=member2&clusterName=member2&labelSelector=cluster.karmada.io%2Fname%3Dmember2",
+		[][2]string{
+			{"Authorization", "Bearer caller-token"},
+			{"X-Cluster", "member2"},
+			{"Cluster", "member2"},
+			{"X-Karmada-Cluster", "member2"},
+			{"Cluster.karmada.io-Name", "member2"},
+			{"Forwarded", "host=member2"},
+			{"X-Forwarded-Host", "member2"},
+		})
+	_, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	reqs := env.up.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	if want := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/exec"); reqs[0].Path != want {
+		t.Errorf("upstream path %q, want the resolver's cluster %q", reqs[0].Path, want)
+	}
+	if !reflect.DeepEqual(env.res.calls, []string{"ci/p"}) {
+		t.Errorf("resolver calls %q, want only ci/p", env.res.calls)
+	}
+	if want := []PodRequest{{Namespace: "ci", Name: "p", Subresource: "exec"}}; !reflect.DeepEqual(env.authz.authorized, want) {
+		t.Errorf("authorized %+v, want the pod request %+v", env.authz.authorized, want)
+	}
+
+	// Denied: the resolver is never asked, so placement is not disclosed.
+	denied := newAuthorizeEnv(t, &fakeAuthorizer{deny: apierrors.NewForbidden(schema.GroupResource{Resource: "pods/exec"}, "p", errors.New("no"))})
+	c = denied.dial(t, nil)
+	resp = c.send(t, "POST", "/api/v1/namespaces/ci/pods/p/exec", [][2]string{{"Authorization", "Bearer caller-token"}})
+	_, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusForbidden || len(denied.res.calls) != 0 || len(denied.up.requests()) != 0 {
+		t.Errorf("denied: status %d, resolver calls %q, upstream requests %d", resp.StatusCode, denied.res.calls, len(denied.up.requests()))
+	}
+
+	// Calling the cluster proxy directly is a passthrough: it carries the
+	// caller's own credentials, so karmada-apiserver checks the caller's
+	// clusters/proxy permission; the gateway's identity is never lent to it.
+	c = env.dial(t, nil)
+	direct := karmada.ClusterProxyPath("member2", "/api/v1/namespaces/ci/pods/p/exec")
+	resp = c.send(t, "POST", direct, [][2]string{{"Authorization", "Bearer caller-token"}, {"Impersonate-User", "admin"}})
+	_, _ = io.ReadAll(resp.Body)
+	reqs = env.up.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	if got := reqs[1]; got.Path != direct || got.Header.Get("Authorization") != "Bearer caller-token" || got.Header.Get("Impersonate-User") != "admin" {
+		t.Errorf("direct cluster proxy call went as %q with Authorization %q Impersonate-User %q; want the caller's own request unchanged",
+			got.Path, got.Header.Get("Authorization"), got.Header.Get("Impersonate-User"))
+	}
+	if len(env.authz.authorized) != 1 || len(env.res.calls) != 1 {
+		t.Errorf("direct cluster proxy call was authorized (%d) or resolved (%d) by the gateway", len(env.authz.authorized), len(env.res.calls))
+	}
+}
+
+// TestUpgradeOnNonStreamRoutes: an Upgrade on a route the gateway does not
+// rewrite goes to karmada-apiserver unchanged (kube-apiserver serves watches
+// over WebSocket), and Upgrade without Connection: Upgrade is no upgrade.
+func TestUpgradeOnNonStreamRoutes(t *testing.T) {
+	up := newEchoUpgrader(t, "websocket")
+	var plain []http.Header
+	recorded := make(chan struct{}, 4)
+	_, gw := newUpgradeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.EqualFold(r.Header.Get("Connection"), "Upgrade") {
+			up.ServeHTTP(w, r)
+			return
+		}
+		plain = append(plain, r.Header.Clone())
+		recorded <- struct{}{}
+		_, _ = io.WriteString(w, "{}")
+	}), nil)
+
+	c := dialGateway(t, gw)
+	resp := c.send(t, "GET", "/api/v1/namespaces/ci/pods?watch=1", websocketRequest)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("websocket watch: status %d", resp.StatusCode)
+	}
+	c.echo(t, "event")
+	if got := up.requestHeaders(); len(got) != 1 || got[0].Get("Upgrade") != "websocket" {
+		t.Fatalf("upstream upgrade requests %v", got)
+	}
+
+	c = dialGateway(t, gw)
+	resp = c.send(t, "GET", "/version", [][2]string{{"Upgrade", "websocket"}, {"Connection", "keep-alive"}})
+	_, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	<-recorded
+	if len(plain) != 1 || plain[0].Get("Upgrade") != "" {
+		t.Errorf("an Upgrade header without Connection: Upgrade reached the upstream: %v", plain)
+	}
+}
+
+// hostileServer runs the proxy in a real http.Server with small limits, as
+// cmd/gateway configures it, in front of a recording upstream.
+func hostileServer(t *testing.T) (*httptest.Server, *recordingUpstream) {
+	t.Helper()
+	up := &recordingUpstream{}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: upstream.URL}})
+	gw := httptest.NewUnstartedServer(p)
+	gw.Config.MaxHeaderBytes = 4096
+	gw.Config.ReadHeaderTimeout = 200 * time.Millisecond
+	gw.Start()
+	t.Cleanup(gw.Close)
+	return gw, up
+}
+
+// rawExchange writes raw on a new connection and reads one response; the
+// reader it returns holds whatever the server sent after it.
+func rawExchange(t *testing.T, addr, raw string) (*http.Response, []byte, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(conn, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body, br
+}
+
+// TestMalformedFramingIsRefusedBeforeTheProxy: requests whose framing two
+// HTTP parsers could read differently are answered by Go's http.Server
+// before the proxy handler runs, so nothing reaches karmada-apiserver. Go
+// writes these answers itself, as text/plain, not a Status.
+func TestMalformedFramingIsRefusedBeforeTheProxy(t *testing.T) {
+	const exec = "POST /api/v1/namespaces/ci/pods/p/exec HTTP/1.1\r\nHost: gw\r\n"
+	tests := []struct {
+		name     string
+		raw      string
+		wantCode int
+	}{
+		{"two different Content-Lengths", exec + "Content-Length: 4\r\nContent-Length: 5\r\n\r\nabcde", 400},
+		{"Content-Length list", exec + "Content-Length: 4, 5\r\n\r\nabcde", 400},
+		{"signed Content-Length", exec + "Content-Length: +4\r\n\r\nabcd", 400},
+		{"negative Content-Length", exec + "Content-Length: -1\r\n\r\n", 400},
+		{"two Transfer-Encodings", exec + "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n", 501},
+		{"Transfer-Encoding list", exec + "Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", 501},
+		{"Transfer-Encoding gzip", exec + "Transfer-Encoding: gzip\r\n\r\n", 501},
+		{"space before colon", exec + "Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400},
+		{"NUL in a header value", exec + "X-A: b\x00c\r\n\r\n", 400},
+		{"two Host headers", "GET /version HTTP/1.1\r\nHost: gw\r\nHost: other\r\n\r\n", 400},
+		{"no Host", "GET /version HTTP/1.1\r\n\r\n", 400},
+		{"control byte in the target", "GET /api/v1/namespaces/ci/pods/p\x01/exec HTTP/1.1\r\nHost: gw\r\n\r\n", 400},
+		{"oversized header block", exec + "X-Big: " + strings.Repeat("a", 64<<10) + "\r\n\r\n", 431},
+		{"many headers", exec + strings.Repeat("X-Many: a\r\n", 2000) + "\r\n", 431},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gw, up := hostileServer(t)
+			resp, body, _ := rawExchange(t, gw.Listener.Addr().String(), tt.raw)
+			if resp.StatusCode != tt.wantCode {
+				t.Fatalf("status %d %q, want %d", resp.StatusCode, body, tt.wantCode)
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+				t.Errorf("Content-Type %q: Go's own refusal changed form, update docs/security.md", ct)
+			}
+			if !resp.Close {
+				t.Error("connection kept open after a framing error")
+			}
+			if n := len(up.requests()); n != 0 {
+				t.Fatalf("%d requests reached the upstream", n)
+			}
+		})
+	}
+}
+
+// TestTransferEncodingOverridesContentLength: with both, Go reads the body
+// as chunked and drops Content-Length (RFC 9112 6.3), and the proxy frames
+// the upstream request itself, so the upstream sees the body the gateway
+// read and the next request on the connection as a separate request.
+func TestTransferEncodingOverridesContentLength(t *testing.T) {
+	gw, up := hostileServer(t)
+	raw := "POST /api/v1/namespaces/ci/configmaps HTTP/1.1\r\nHost: gw\r\nContent-Length: 30\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		"4\r\nabcd\r\n0\r\n\r\n" +
+		"GET /api/v1/namespaces/ci/secrets HTTP/1.1\r\nHost: gw\r\n\r\n"
+	resp, _, br := rawExchange(t, gw.Listener.Addr().String(), raw)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	second, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("second response: %v", err)
+	}
+	second.Body.Close()
+	reqs := up.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d upstream requests, want 2", len(reqs))
+	}
+	if string(reqs[0].Body) != "abcd" || reqs[0].Header.Get("Content-Length") == "30" {
+		t.Errorf("first upstream request body %q Content-Length %q", reqs[0].Body, reqs[0].Header.Get("Content-Length"))
+	}
+	if reqs[1].Method != "GET" || reqs[1].Path != "/api/v1/namespaces/ci/secrets" || len(reqs[1].Body) != 0 {
+		t.Errorf("second upstream request %s %s %q", reqs[1].Method, reqs[1].Path, reqs[1].Body)
+	}
+}
+
+// TestSlowlorisHeadersAreCut: a client that trickles header lines is
+// disconnected at ReadHeaderTimeout however steadily it writes, and nothing
+// reaches the upstream. Go closes the connection without an answer.
+func TestSlowlorisHeadersAreCut(t *testing.T) {
+	gw, up := hostileServer(t) // ReadHeaderTimeout 200ms
+	conn, err := net.Dial("tcp", gw.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /api/v1/namespaces/ci/pods/p/exec HTTP/1.1\r\nHost: gw\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	trickled := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { trickled <- n }()
+		tick := time.NewTicker(20 * time.Millisecond) // the trickle itself
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := io.WriteString(conn, "X-Slow: a\r\n"); err != nil {
+					return
+				}
+				n++
+			}
+		}
+	}()
+
+	start := time.Now()
+	const patience = 10 * time.Second // far beyond the 200ms timeout
+	_ = conn.SetReadDeadline(start.Add(patience))
+	got, err := io.ReadAll(conn)
+	elapsed := time.Since(start)
+	close(stop)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the gateway kept a trickling client for %v", elapsed)
+	}
+	if len(got) != 0 && !strings.HasPrefix(string(got), "HTTP/1.1 408") {
+		t.Errorf("unexpected answer to a slow client: %q", got)
+	}
+	if n := <-trickled; n == 0 {
+		t.Error("the connection closed before the trickle started; the test proved nothing")
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("%d requests reached the upstream", n)
+	}
+}
