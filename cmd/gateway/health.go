@@ -1,21 +1,30 @@
 package main
 
 import (
+	"context"
 	"log"
 	"net/http"
+	"sync"
 	"sync/atomic"
+	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
 
 // health serves /healthz (the process is alive) and /readyz (caches are
-// synced and the gateway is not shutting down), beside /metrics.
+// synced, karmada-apiserver answers and the gateway is not shutting down),
+// beside /metrics. Liveness never depends on karmada-apiserver: restarting
+// the gateway would not bring it back.
 type health struct {
 	synced   func() bool
+	upstream *upstreamCheck
 	stopping atomic.Bool
 }
 
-func newHealth(synced func() bool) *health { return &health{synced: synced} }
+func newHealth(synced func() bool, upstream *upstreamCheck) *health {
+	return &health{synced: synced, upstream: upstream}
+}
 
 func (h *health) shuttingDown() { h.stopping.Store(true) }
 
@@ -25,17 +34,80 @@ func (h *health) mux(metrics http.Handler) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case h.stopping.Load():
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		case !h.synced():
 			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
 		default:
+			if err := h.upstream.check(r.Context()); err != nil {
+				http.Error(w, "karmada-apiserver not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 			w.Write([]byte("ok"))
 		}
 	})
 	return mux
+}
+
+const (
+	// upstreamCheckTTL is how long a karmada-apiserver answer is reused, so
+	// every replica's probes cost it one request per few seconds.
+	upstreamCheckTTL = 5 * time.Second
+	// upstreamCheckTimeout stays under the chart's 3s probe timeout, so a
+	// hung karmada-apiserver reads as not ready rather than a probe timeout.
+	upstreamCheckTimeout = 2 * time.Second
+)
+
+// upstreamCheck asks karmada-apiserver's /readyz, as the gateway, at most
+// once per ttl. Nothing else drives it: the first probe after ttl checks
+// again, so readiness comes back by itself when karmada-apiserver does.
+type upstreamCheck struct {
+	probe        func(ctx context.Context) error
+	ttl, timeout time.Duration
+	now          func() time.Time
+
+	// mu is held through a probe: concurrent readiness requests wait for
+	// its answer instead of each asking karmada-apiserver.
+	mu      sync.Mutex
+	checked time.Time
+	err     error
+}
+
+func newUpstreamCheck(client rest.Interface) *upstreamCheck {
+	return &upstreamCheck{
+		probe: func(ctx context.Context) error {
+			_, err := client.Get().AbsPath("/readyz").DoRaw(ctx)
+			return err
+		},
+		ttl:     upstreamCheckTTL,
+		timeout: upstreamCheckTimeout,
+		now:     time.Now,
+	}
+}
+
+func (c *upstreamCheck) check(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.checked.IsZero() && c.now().Sub(c.checked) < c.ttl {
+		return c.err
+	}
+	// The answer is cached for every prober, so it must be about
+	// karmada-apiserver, not about one prober that gave up early.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	defer cancel()
+	err := c.probe(ctx)
+	if (err == nil) != (c.err == nil) || c.checked.IsZero() {
+		// Log changes only: probes every few seconds would flood the log.
+		if err != nil {
+			klog.FromContext(ctx).Info("karmada-apiserver not ready; reporting not ready", "err", err)
+		} else if !c.checked.IsZero() {
+			klog.FromContext(ctx).Info("karmada-apiserver ready again")
+		}
+	}
+	c.checked, c.err = c.now(), err
+	return err
 }
 
 // klogStdLogger routes net/http's own server errors (TLS handshake failures,

@@ -116,7 +116,10 @@ func run(ctx context.Context, o *options) error {
 			return err
 		}
 	}
-	popts := proxy.Options{Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m}
+	popts := proxy.Options{
+		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
+		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
+	}
 	if popts.AuthMode == proxy.AuthAuthorize {
 		a, err := auth.New(auth.Options{Client: kube, ClientCAs: clientCAs, CacheTTL: o.authCacheTTL, Metrics: m})
 		if err != nil {
@@ -129,7 +132,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	health := newHealth(informers.HasSynced)
+	health := newHealth(informers.HasSynced, newUpstreamCheck(kube.Discovery().RESTClient()))
 	metricsSrv := &http.Server{
 		Addr:              o.metricsAddr,
 		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
@@ -180,12 +183,17 @@ func run(ctx context.Context, o *options) error {
 		}
 		logger.Info("caches synced; ready")
 	}()
+	// labelerDone closes once the labeler stopped, its lease released.
+	labelerDone := make(chan struct{})
 	if lab != nil {
 		go func() {
+			defer close(labelerDone)
 			if err := lab.Run(ctx); err != nil {
 				errc <- fmt.Errorf("labeler: %w", err)
 			}
 		}()
+	} else {
+		close(labelerDone)
 	}
 	go func() { errc <- serve(proxySrv, proxyLn, !o.insecureHTTP) }()
 	logger.Info("serving", "address", proxyLn.Addr().String(), "tls", !o.insecureHTTP,
@@ -200,22 +208,23 @@ func run(ctx context.Context, o *options) error {
 		}
 	}
 
-	// Stop taking new work first, then drain open streams up to the deadline.
+	// Report not ready first; then, all at once and up to the same deadline:
+	// stop accepting connections, refuse new requests on open ones with a 503
+	// Status while open streams drain, and wait for the labeler (stopped by
+	// ctx) to release its lease. /metrics and /readyz stay up until the end.
 	logger.Info("shutting down", "gracePeriod", o.shutdownGrace)
 	health.shuttingDown()
 	drainCtx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
 	defer cancel()
-	var errs []error
-	if err := proxySrv.Shutdown(drainCtx); err != nil {
-		errs = append(errs, fmt.Errorf("proxy server shutdown: %w", err))
+	err = drain(drainCtx,
+		drainStep{"proxy server shutdown", proxySrv.Shutdown},
+		drainStep{"drain streams", px.Shutdown},
+		drainStep{"labeler lease release", waitClosed(labelerDone)},
+	)
+	if mErr := metricsSrv.Shutdown(drainCtx); mErr != nil {
+		err = errors.Join(err, fmt.Errorf("metrics server shutdown: %w", mErr))
 	}
-	if err := px.Shutdown(drainCtx); err != nil {
-		errs = append(errs, fmt.Errorf("drain streams: %w", err))
-	}
-	if err := metricsSrv.Shutdown(drainCtx); err != nil {
-		errs = append(errs, fmt.Errorf("metrics server shutdown: %w", err))
-	}
-	return errors.Join(errs...)
+	return err
 }
 
 func serve(srv *http.Server, ln net.Listener, tlsOn bool) error {
