@@ -60,6 +60,7 @@ func TestResolveThroughInformers(t *testing.T) {
 			karmada.ClusterGVR:         "ClusterList",
 		},
 		toUnstructured(t, binding("not-the-guessable-name", "job-42", []string{"member2", "member1"}, "member1"), bindingGVK),
+		toUnstructured(t, binding("job-43-pod", "job-43", []string{"member1", "member2"}), bindingGVK),
 		toUnstructured(t, member1, clusterGVK),
 		toUnstructured(t, member2, clusterGVK),
 	)

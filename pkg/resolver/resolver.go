@@ -138,17 +138,25 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 		return "", sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
 	}
 
-	// unknownLabel is a valid label value naming no Cluster: reported only
-	// when the binding cannot place the pod either.
-	var unknownLabel string
+	// Only Karmada's placement says where a pod runs. Whoever can create a
+	// pod can also write its label, so a pod without a binding is not placed
+	// whatever its label says, and the label only picks among the binding's
+	// own clusters: in authorize mode the gateway calls the cluster proxy as
+	// itself, and a forged label must not aim that at another cluster.
+	b := r.binding(ctx, namespace, pod, meta)
+	if b == nil || len(b.Spec.Clusters) == 0 {
+		return "", sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
+	}
 	if label, ok := meta.GetLabels()[karmada.ClusterNameLabel]; ok {
 		switch c, found, problem := r.labelCluster(label); {
 		case problem != "":
-			klog.FromContext(ctx).Info("Ignoring invalid cluster label on pod; consulting its ResourceBinding",
+			klog.FromContext(ctx).Info("Ignoring invalid cluster label on pod; following its ResourceBinding",
 				"pod", klog.KRef(namespace, pod), "label", karmada.ClusterNameLabel, "problem", problem)
+		case !scheduledOn(b, label):
+			klog.FromContext(ctx).Info("Pod's cluster label is not one of its binding's clusters; following the binding",
+				"pod", klog.KRef(namespace, pod), "cluster", label, "binding", b.Name)
 		case !found:
-			unknownLabel = label
-			klog.FromContext(ctx).Info("Pod's cluster label names no known Cluster; consulting its ResourceBinding",
+			klog.FromContext(ctx).Info("Pod's cluster label names no known Cluster; following its ResourceBinding",
 				"pod", klog.KRef(namespace, pod), "cluster", label)
 		default:
 			if ready, msg := c.Ready(); !ready {
@@ -157,19 +165,21 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 			return label, sourceLabel, resultOK, nil
 		}
 	}
-
-	b := r.binding(ctx, namespace, pod, meta)
-	if b == nil || len(b.Spec.Clusters) == 0 {
-		if unknownLabel != "" {
-			return "", sourceLabel, resultClusterNotReady, unregisteredLabelled(namespace, pod, unknownLabel)
-		}
-		return "", sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
-	}
 	cluster, err = r.bindingCluster(ctx, namespace, pod, b)
 	if err != nil {
 		return "", sourceBinding, resultClusterNotReady, err
 	}
 	return cluster, sourceBinding, resultOK, nil
+}
+
+// scheduledOn reports whether b schedules its workload to cluster.
+func scheduledOn(b *karmada.ResourceBinding, cluster string) bool {
+	for _, c := range b.Spec.Clusters {
+		if c.Name == cluster {
+			return true
+		}
+	}
+	return false
 }
 
 // labelCluster looks up the Cluster a label value names. problem is set when
@@ -283,9 +293,4 @@ func notReady(namespace, pod, cluster, condition string) error {
 
 func unregistered(namespace, pod, cluster string) error {
 	return unavailable(pod, fmt.Sprintf("member cluster %q of pod %q is not a registered Karmada Cluster", cluster, namespace+"/"+pod))
-}
-
-func unregisteredLabelled(namespace, pod, cluster string) error {
-	return unavailable(pod, fmt.Sprintf("member cluster %q of pod %q (from its %s label) is not a registered Karmada Cluster, and the pod has no ResourceBinding placement to fall back to",
-		cluster, namespace+"/"+pod, karmada.ClusterNameLabel))
 }

@@ -143,12 +143,29 @@ func TestResolve(t *testing.T) {
 		notInLog   []string
 	}{
 		{
-			name:       "label wins over binding",
+			name:       "label picks among the binding's clusters",
 			pods:       []*metav1.PartialObjectMetadata{pod("job-42", clusterLabel("member2"))},
-			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"member1"}, "member1")},
+			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"member1", "member2"}, "member1")},
 			clusters:   []*karmada.Cluster{member1, member2},
 			want:       "member2",
 			wantMetric: "label/ok",
+		},
+		{
+			name:       "forged label naming a cluster outside the placement is not followed",
+			pods:       []*metav1.PartialObjectMetadata{pod("job-42", clusterLabel("member2"))},
+			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"member1"}, "member1")},
+			clusters:   []*karmada.Cluster{member1, member2},
+			want:       "member1",
+			wantMetric: "binding/ok",
+			wantLog:    []string{"not one of its binding's clusters", `cluster="member2"`},
+		},
+		{
+			name:       "label without a binding: not placed, whatever the label says",
+			pods:       []*metav1.PartialObjectMetadata{pod("job-42", clusterLabel("member2"))},
+			clusters:   []*karmada.Cluster{member1, member2},
+			wantCode:   http.StatusServiceUnavailable,
+			wantMsg:    []string{"not placed", "no ResourceBinding"},
+			wantMetric: "none/not_placed",
 		},
 		{
 			name:       "binding when no label",
@@ -227,24 +244,26 @@ func TestResolve(t *testing.T) {
 		{
 			name:       "label naming an unknown cluster falls back to binding",
 			pods:       []*metav1.PartialObjectMetadata{pod("job-42", clusterLabel("gone"))},
-			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"member1"})},
+			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"gone", "member1"})},
 			clusters:   []*karmada.Cluster{member1},
 			want:       "member1",
 			wantMetric: "binding/ok",
 			wantLog:    []string{"names no known Cluster", `cluster="gone"`},
+			ambiguous:  1,
 		},
 		{
-			name:       "label naming an unknown cluster and no binding: error names the cluster",
+			name:       "binding naming only an unknown cluster: error names the cluster",
 			pods:       []*metav1.PartialObjectMetadata{pod("job-42", clusterLabel("gone"))},
+			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"gone"})},
 			clusters:   []*karmada.Cluster{member1},
 			wantCode:   http.StatusServiceUnavailable,
-			wantMsg:    []string{`member cluster "gone" of pod "ci/job-42"`, "not a registered Karmada Cluster", karmada.ClusterNameLabel},
-			wantMetric: "label/cluster_not_ready",
+			wantMsg:    []string{`member cluster "gone" of pod "ci/job-42"`, "not a registered Karmada Cluster"},
+			wantMetric: "binding/cluster_not_ready",
 		},
 		{
-			name:       "label naming a not-ready cluster is authoritative",
+			name:       "label naming a not-ready cluster of the placement is authoritative",
 			pods:       []*metav1.PartialObjectMetadata{pod("job-42", clusterLabel("member1"))},
-			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"member2"}, "member2")},
+			bindings:   []*karmada.ResourceBinding{binding("job-42-pod", "job-42", []string{"member1", "member2"}, "member2")},
 			clusters:   []*karmada.Cluster{down1, member2},
 			wantCode:   http.StatusServiceUnavailable,
 			wantMsg:    []string{`member cluster "member1" of pod "ci/job-42" is not ready: cluster is not reachable`},
@@ -505,16 +524,18 @@ func TestNew(t *testing.T) {
 	}
 }
 
-// BenchmarkResolve measures lookups among 10k pods and bindings, on the
+// BenchmarkResolve measures lookups among 20k pods and bindings, on the
 // binding path (the labeler has not labelled yet) and the label path.
 func BenchmarkResolve(b *testing.B) {
 	const n = 10000
 	pods := make([]*metav1.PartialObjectMetadata, 0, 2*n)
-	bindings := make([]*karmada.ResourceBinding, 0, n)
+	bindings := make([]*karmada.ResourceBinding, 0, 2*n)
 	for i := range n {
 		name := fmt.Sprintf("job-%d", i)
 		pods = append(pods, pod(name, nil), pod("labelled-"+name, clusterLabel("member2")))
-		bindings = append(bindings, binding(karmada.BindingName(name, "Pod"), name, []string{"member1"}, "member1"))
+		bindings = append(bindings,
+			binding(karmada.BindingName(name, "Pod"), name, []string{"member1"}, "member1"),
+			binding(karmada.BindingName("labelled-"+name, "Pod"), "labelled-"+name, []string{"member1", "member2"}, "member2"))
 	}
 	inf := storeInformers(b, pods, bindings, []*karmada.Cluster{member1, member2})
 	r, err := New(Options{Informers: inf, Metrics: metrics.New(prometheus.NewRegistry())})
