@@ -10,7 +10,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
 
-.PHONY: all build test unit e2e demo tools etcd shellcheck chart kind-karmada kind-karmada-down fuzz vet fmt clean
+.PHONY: all build test unit e2e demo tools etcd shellcheck chart kind-karmada kind-karmada-down fuzz soak vet fmt clean
 
 all: build
 
@@ -67,6 +67,13 @@ kind-karmada-down:
 fuzz:
 	$(GO) test ./pkg/proxy -run '^$$' -fuzz FuzzRewrite -fuzztime 30s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzStripIdentityHeaders -fuzztime 15s
+	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzAuthorizeModeHeaders -fuzztime 30s
+
+## soak: mixed passthrough traffic and concurrent checksummed streams through
+## the proxy on loopback; SOAK=2m is what CI runs.
+SOAK ?= 30m
+soak:
+	$(GO) test ./pkg/proxy -count=1 -run TestSoak -soak $(SOAK) -timeout 60m -v
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
