@@ -182,6 +182,7 @@ func run(ctx context.Context, o *options) error {
 			return
 		}
 		logger.Info("caches synced; ready")
+		warnWithoutPodStatusInterpreter(ctx, dyn)
 	}()
 	// labelerDone closes once the labeler stopped, its lease released.
 	labelerDone := make(chan struct{})
@@ -273,4 +274,23 @@ func leaderIdentity() string {
 		host = "gateway"
 	}
 	return host + "_" + string(uuid.NewUUID())
+}
+
+// warnWithoutPodStatusInterpreter says once, at startup, what users would
+// otherwise hunt for: without a Pod status interpreter Karmada strips
+// container names and conditions, and executors wait for a pod that never
+// looks ready even though exec would work.
+func warnWithoutPodStatusInterpreter(ctx context.Context, dyn dynamic.Interface) {
+	logger := klog.FromContext(ctx)
+	name, err := karmada.PodStatusAggregation(ctx, dyn)
+	switch {
+	case err != nil:
+		logger.Info("Could not check for a Pod status ResourceInterpreterCustomization", "err", err)
+	case name == "":
+		logger.Info("WARNING: no ResourceInterpreterCustomization aggregates v1 Pod status in karmada-apiserver; " +
+			"executors that wait on container names or the Ready condition (GitLab Runner, Jenkins) will wait forever. " +
+			"Apply deploy/karmada/pod-status-interpreter.yaml (the Helm chart does by default).")
+	default:
+		logger.V(1).Info("Pod status interpreter present", "resourceInterpreterCustomization", name)
+	}
 }
