@@ -1,0 +1,343 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+)
+
+// namedPolicyPriority puts the scenario policies, which select their pods by
+// name, above the namespace-wide ones of startPod, so a pod lands where its
+// scenario says whatever other tests run at the same time.
+const namedPolicyPriority = 10
+
+// namedPolicy is a PropagationPolicy that selects exactly the Pods named
+// pods and places each on one of clusters (the first Ready one, maxGroups 1).
+func namedPolicy(name string, pods, clusters []string) *unstructured.Unstructured {
+	policy := env.PropagationPolicy(env.Namespace, name, clusters)
+	selectors := make([]any, 0, len(pods))
+	for _, p := range pods {
+		selectors = append(selectors, map[string]any{"apiVersion": "v1", "kind": "Pod", "name": p})
+	}
+	spec := policy.Object["spec"].(map[string]any)
+	spec["resourceSelectors"] = selectors
+	spec["priority"] = int64(namedPolicyPriority)
+	return policy
+}
+
+// placePod creates a policy selecting pod by name with clusters, creates
+// the pod through the gateway as admin, waits until the template runs and
+// checks that its binding and the member pod are on want. Both are deleted
+// when t ends (after the logs are dumped if t failed).
+func placePod(t *testing.T, pod *corev1.Pod, clusters []string, want string) {
+	t.Helper()
+	createPlacedPod(t, pod, clusters)
+	waitPlaced(t, pod.Name, want)
+}
+
+// createPlacedPod is placePod without the wait, for starting several pods
+// at once.
+func createPlacedPod(t *testing.T, pod *corev1.Pod, clusters []string) {
+	t.Helper()
+	e := testEnv
+	ctx := t.Context()
+	if err := e.CreatePolicy(ctx, namedPolicy(pod.Name, []string{pod.Name}, clusters)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dumpLogsOnce(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := e.DeletePod(ctx, env.Namespace, pod.Name); err != nil {
+			t.Errorf("delete pod: %v", err)
+		}
+		if err := e.DeletePolicy(ctx, env.Namespace, pod.Name); err != nil {
+			t.Errorf("delete policy: %v", err)
+		}
+	})
+	gw := gatewayClient(t, env.UserAdmin)
+	if _, err := gw.CoreV1().Pods(env.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s through the gateway: %v", pod.Name, err)
+	}
+}
+
+// waitPlaced waits until the template of pod runs and checks that its
+// binding and the member pod are on want.
+func waitPlaced(t *testing.T, name, want string) {
+	t.Helper()
+	e := testEnv
+	ctx := t.Context()
+	if _, err := e.WaitPodRunning(ctx, env.Namespace, name, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clusters, err := e.PodClusters(ctx, env.Namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(clusters) != 1 || clusters[0] != want {
+		t.Fatalf("pod %s is bound to %v, want [%s]", name, clusters, want)
+	}
+	if _, err := e.MemberPod(ctx, want, env.Namespace, name); err != nil {
+		t.Fatalf("pod %s bound to %s: %v", name, want, err)
+	}
+}
+
+// dumped remembers the tests whose logs were dumped already.
+var dumped sync.Map
+
+// dumpLogsOnce prints the environment's log tails the first time it is
+// called for a failed t: from a cleanup, so before t's pods are deleted.
+func dumpLogsOnce(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	if _, done := dumped.LoadOrStore(t, true); done {
+		return
+	}
+	testEnv.DumpLogs(t)
+}
+
+// dumpLogsOnFailure registers the log dump for t's end.
+func dumpLogsOnFailure(t *testing.T) {
+	t.Cleanup(func() { dumpLogsOnce(t) })
+}
+
+func gatewayClient(t *testing.T, user string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := testEnv.GatewayConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// sleepPod is a pod that runs until deleted.
+func sleepPod(name string) *corev1.Pod {
+	return env.ShellPod(env.Namespace, name, `while true; do sleep 1; done`)
+}
+
+// containerDir is where container "main" of pod runs in member.
+func containerDir(t *testing.T, member, pod string) string {
+	t.Helper()
+	dir := testEnv.ContainerDir(member, env.Namespace, pod, "main")
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return real
+	}
+	return dir
+}
+
+// execPwd runs `kubectl exec pod -- sh -c 'pwd; echo marker > file'`
+// through the gateway: the working directory names the node agent, hence
+// the member, that ran the command, and the file is a second witness.
+func execPwd(ctx context.Context, pod, marker string) (string, error) {
+	stdout, _, err := testEnv.RunKubectl(ctx, testEnv.GatewayKubeconfig(env.UserExecOnly), nil,
+		"exec", pod, "--", "sh", "-c", "pwd; echo "+marker+" > marker")
+	return strings.TrimSpace(stdout), err
+}
+
+// assertExecReaches checks that an exec into pod through the gateway runs
+// in member: its working directory is member's container dir, and the file
+// it writes appears there and not in any other member.
+func assertExecReaches(t *testing.T, pod, member string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	marker := fmt.Sprintf("%s-%d", pod, time.Now().UnixNano())
+	pwd, err := execPwd(ctx, pod, marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := containerDir(t, member, pod)
+	if pwd != want {
+		t.Errorf("exec into %s ran in %q, want %s's container dir %q", pod, pwd, member, want)
+	}
+	for _, m := range testEnv.Members() {
+		data, err := os.ReadFile(filepath.Join(containerDir(t, m, pod), "marker"))
+		got := strings.TrimSpace(string(data)) == marker
+		switch {
+		case m == member && !got:
+			t.Errorf("the exec's marker is not in %s's container dir (read %q, %v)", m, data, err)
+		case m != member && got:
+			t.Errorf("the exec's marker is in %s's container dir, want it only in %s", m, member)
+		}
+	}
+}
+
+// podBinding returns the ResourceBinding whose spec.resource is the pod.
+func podBinding(ctx context.Context, name string) (*unstructured.Unstructured, error) {
+	dyn, err := dynamic.NewForConfig(testEnv.KarmadaConfig(env.UserAdmin))
+	if err != nil {
+		return nil, err
+	}
+	list, err := dyn.Resource(karmada.ResourceBindingGVR).Namespace(env.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		rb := &list.Items[i]
+		kind, _, _ := unstructured.NestedString(rb.Object, "spec", "resource", "kind")
+		n, _, _ := unstructured.NestedString(rb.Object, "spec", "resource", "name")
+		if kind == "Pod" && n == name {
+			return rb, nil
+		}
+	}
+	return nil, apierrors.NewNotFound(karmada.ResourceBindingGVR.GroupResource(), "binding of pod "+name)
+}
+
+// waitLabel waits until the template of pod carries cluster.karmada.io/name=want.
+func waitLabel(ctx context.Context, pod, want string, timeout time.Duration) error {
+	client, err := testEnv.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		return err
+	}
+	last := "not read"
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(env.Namespace).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("labels %v", p.Labels)
+		return p.Labels[karmada.ClusterNameLabel] == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for pod %s to be labeled %s=%s (%s): %w", pod, karmada.ClusterNameLabel, want, last, err)
+	}
+	return nil
+}
+
+// exitCode is the exit status of a command run by exec.Cmd (-1 if it did
+// not exit on its own).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err == nil {
+		return 0
+	}
+	return -1
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a poller.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// kubectlProc is a kubectl that keeps running (attach, port-forward,
+// logs -f) while the test talks to it.
+type kubectlProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout syncBuffer
+	stderr syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// startKubectl starts bin/kubectl with kubeconfig, extra environment and
+// args. It is killed when t ends if it is still running.
+func startKubectl(t *testing.T, kubeconfig string, extraEnv []string, args ...string) *kubectlProc {
+	t.Helper()
+	p := &kubectlProc{done: make(chan struct{})}
+	p.cmd = exec.Command(testEnv.Kubectl(), append(kubectlGlobalArgs(kubeconfig), args...)...)
+	p.cmd.Env = append(os.Environ(), extraEnv...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func kubectlGlobalArgs(kubeconfig string) []string {
+	// The same cache dir as env.RunKubectl: discovery is cached once.
+	return []string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(testEnv.WorkDir(), "kubectl-cache")}
+}
+
+// kill stops the kubectl this test started and waits for it.
+func (p *kubectlProc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// wait waits for kubectl to exit on its own.
+func (p *kubectlProc) wait(timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		return fmt.Errorf("kubectl %s still running after %s\nstdout: %s\nstderr: %s",
+			strings.Join(p.cmd.Args[3:], " "), timeout, p.stdout.String(), p.stderr.String())
+	}
+}
+
+// waitOutput waits until kubectl's stdout contains want.
+func (p *kubectlProc) waitOutput(ctx context.Context, want string, timeout time.Duration) error {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if strings.Contains(p.stdout.String(), want) {
+			return true, nil
+		}
+		select {
+		case <-p.done:
+			return false, fmt.Errorf("kubectl exited (%v)", p.err)
+		default:
+			return false, nil
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %q from kubectl %s: %w\nstdout: %s\nstderr: %s",
+			want, strings.Join(p.cmd.Args[3:], " "), err, p.stdout.String(), p.stderr.String())
+	}
+	return nil
+}
