@@ -166,13 +166,19 @@ func (b *ResourceBinding) DeepCopyObject() runtime.Object {
 		t := *b.Status.LastScheduledTime
 		out.Status.LastScheduledTime = &t
 	}
-	if b.Status.Conditions != nil {
-		out.Status.Conditions = make([]metav1.Condition, len(b.Status.Conditions))
-		for i := range b.Status.Conditions {
-			b.Status.Conditions[i].DeepCopyInto(&out.Status.Conditions[i])
-		}
-	}
+	out.Status.Conditions = copyConditions(b.Status.Conditions)
 	return &out
+}
+
+func copyConditions(in []metav1.Condition) []metav1.Condition {
+	if in == nil {
+		return nil
+	}
+	out := make([]metav1.Condition, len(in))
+	for i := range in {
+		in[i].DeepCopyInto(&out[i])
+	}
+	return out
 }
 
 // ClusterSpec is the part of cluster.karmada.io/v1alpha1 Cluster spec used here.
@@ -230,12 +236,7 @@ func (c *Cluster) DeepCopyObject() runtime.Object {
 		r := *c.Spec.ImpersonatorSecretRef
 		out.Spec.ImpersonatorSecretRef = &r
 	}
-	if c.Status.Conditions != nil {
-		out.Status.Conditions = make([]metav1.Condition, len(c.Status.Conditions))
-		for i := range c.Status.Conditions {
-			c.Status.Conditions[i].DeepCopyInto(&out.Status.Conditions[i])
-		}
-	}
+	out.Status.Conditions = copyConditions(c.Status.Conditions)
 	return &out
 }
 
