@@ -10,7 +10,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
 
-.PHONY: all build test unit e2e demo tools etcd shellcheck chart kind-karmada kind-karmada-down fuzz soak vet fmt clean
+.PHONY: all build test unit e2e demo tools etcd shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
 
 all: build
 
@@ -53,6 +53,12 @@ e2e: tools
 ## demo: the local Karmada-like environment with the gateway and a real kubectl exec through it.
 demo: tools
 	cd e2e && $(GO) run ./cmd/e2e-env
+
+## bench: gateway vs direct paths on the e2e environment, printed as Markdown
+## tables of figures and ratios (BENCH_FLAGS=-quick for a short check). It
+## reports targets met or missed and never fails on a number.
+bench: tools
+	cd e2e && $(GO) run ./bench/cmd/bench $(BENCH_FLAGS)
 
 ## chart: lint and render the Helm chart and assert on it (no cluster needed).
 chart: $(BIN)/helm shellcheck

@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
+)
+
+const (
+	resolverLookupLimit = time.Microsecond
+	resolverBytesLimit  = 1024
+)
+
+// ResolverCost is the resolver measured in-process.
+type ResolverCost struct {
+	Pods          int
+	BytesPerPod   float64       // live heap after GC for pods + bindings + indexes, per pod
+	PodBytes      float64       // of which the pods metadata store
+	BindingBytes  float64       // of which the bindings store and its index
+	LabelLookup   time.Duration // Resolve of a labelled pod
+	BindingLookup time.Duration // Resolve of a pod found through its binding
+	AllocsPerOp   int64         // of the binding path
+}
+
+// fakeBinding is a ResourceBinding as karmada-apiserver returns it (labels
+// and managed fields included), turned into the cached object by the
+// gateway's own informer transform.
+func fakeBinding(transform func(any) (any, error), ns, pod string, uid types.UID, cluster string) (*karmada.ResourceBinding, error) {
+	name := karmada.BindingName(pod, "Pod")
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding",
+		"metadata": map[string]any{
+			"name": name, "namespace": ns, "uid": "b-" + string(uid), "resourceVersion": "123456789",
+			"generation": int64(2), "creationTimestamp": "2026-01-02T03:04:05Z",
+			"labels": map[string]any{
+				"propagationpolicy.karmada.io/permanent-id": "7d0c0a7e-9d0b-4b4c-8f49-3f7a1b2c3d4e",
+				"resourcebinding.karmada.io/permanent-id":   "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+			},
+			"annotations": map[string]any{
+				"policy.karmada.io/applied-placement":    `{"clusterAffinity":{"clusterNames":["member1","member2"]}}`,
+				"propagationpolicy.karmada.io/name":      "ci",
+				"propagationpolicy.karmada.io/namespace": ns,
+			},
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": string(uid),
+				"controller": true, "blockOwnerDeletion": true,
+			}},
+			"managedFields": []any{map[string]any{
+				"manager": "karmada-controller-manager", "operation": "Update", "apiVersion": "work.karmada.io/v1alpha2",
+				"time": "2026-01-02T03:04:05Z", "fieldsType": "FieldsV1",
+				"fieldsV1": map[string]any{"f:spec": map[string]any{"f:clusters": map[string]any{}, "f:resource": map[string]any{}}},
+			}},
+		},
+		"spec": map[string]any{
+			"resource": map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": pod, "uid": string(uid), "resourceVersion": "123456780"},
+			"clusters": []any{map[string]any{"name": cluster}},
+		},
+		"status": map[string]any{
+			"lastScheduledTime": "2026-01-02T03:04:06Z",
+			"aggregatedStatus":  []any{map[string]any{"clusterName": cluster, "applied": true, "health": "Healthy"}},
+			"conditions": []any{
+				map[string]any{"type": "Scheduled", "status": "True", "reason": "Success", "message": "Binding has been scheduled successfully.", "lastTransitionTime": "2026-01-02T03:04:06Z"},
+				map[string]any{"type": "FullyApplied", "status": "True", "reason": "FullyAppliedSuccess", "message": "All works have been successfully applied", "lastTransitionTime": "2026-01-02T03:04:07Z"},
+			},
+		},
+	}}
+	obj, err := transform(u)
+	if err != nil {
+		return nil, err
+	}
+	b, ok := obj.(*karmada.ResourceBinding)
+	if !ok {
+		return nil, fmt.Errorf("transform returned %T", obj)
+	}
+	return b, nil
+}
+
+// fakePod is a pod template's metadata as the gateway caches it: what the
+// metadata informer returns after its transform drops managed fields and
+// annotations. Half the pods carry the cluster label (labelled already).
+func fakePod(ns, name string, uid types.UID, cluster string, labelled bool) *metav1.PartialObjectMetadata {
+	labels := map[string]string{"app": "ci-job", "ci.example.com/pipeline": "1234567"}
+	if labelled {
+		labels[karmada.ClusterNameLabel] = cluster
+	}
+	return &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: name, UID: uid, ResourceVersion: "123456780", GenerateName: "ci-job-",
+			CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), Labels: labels,
+		},
+	}
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// MeasureResolver fills informer stores (the ones the gateway's resolver
+// reads, with the production binding index) with n pods and their bindings,
+// takes the live heap they cost, and times Resolve with testing.Benchmark.
+func MeasureResolver(n int) (ResolverCost, error) {
+	const ns = "ci"
+	clusters := []string{"member1", "member2"}
+	before := liveHeap()
+	inf := &karmada.Informers{
+		Pods:     cache.NewSharedIndexInformer(&cache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{}),
+		Bindings: cache.NewSharedIndexInformer(&cache.ListWatch{}, &karmada.ResourceBinding{}, 0, cache.Indexers{karmada.BindingsByResourceIndex: karmada.IndexBindingByResource}),
+		Clusters: cache.NewSharedIndexInformer(&cache.ListWatch{}, &karmada.Cluster{}, 0, cache.Indexers{}),
+	}
+	transform := karmada.Transform[karmada.ResourceBinding]()
+	uid := func(i int) types.UID { return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)) }
+	for i := range n {
+		if err := inf.Pods.GetIndexer().Add(fakePod(ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)], i%2 == 0)); err != nil {
+			return ResolverCost{}, err
+		}
+	}
+	afterPods := liveHeap()
+	for i := range n {
+		b, err := fakeBinding(transform, ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)])
+		if err != nil {
+			return ResolverCost{}, err
+		}
+		if err := inf.Bindings.GetIndexer().Add(b); err != nil {
+			return ResolverCost{}, err
+		}
+	}
+	for _, c := range clusters {
+		cl := &karmada.Cluster{ObjectMeta: metav1.ObjectMeta{Name: c}, Status: karmada.ClusterStatus{Conditions: []metav1.Condition{{
+			Type: karmada.ClusterConditionReady, Status: metav1.ConditionTrue, Message: "cluster is healthy and ready to accept workloads",
+		}}}}
+		if err := inf.Clusters.GetIndexer().Add(cl); err != nil {
+			return ResolverCost{}, err
+		}
+	}
+	after := liveHeap()
+	out := ResolverCost{Pods: n, BytesPerPod: (float64(after) - float64(before)) / float64(n),
+		PodBytes: (float64(afterPods) - float64(before)) / float64(n), BindingBytes: (float64(after) - float64(afterPods)) / float64(n)}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "ci-job-" + strconv.Itoa(i)
+	}
+
+	res, err := resolver.New(resolver.Options{Informers: inf, Metrics: metrics.New(prometheus.NewRegistry())})
+	if err != nil {
+		return ResolverCost{}, err
+	}
+	ctx := context.Background()
+	var benchErr error
+	lookup := func(offset int) testing.BenchmarkResult {
+		return testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			i := offset
+			for b.Loop() {
+				if _, err := res.Resolve(ctx, ns, names[i%n]); err != nil {
+					benchErr = err
+					b.FailNow()
+				}
+				i += 2 // even pods are labelled, odd ones are found through their binding
+			}
+		})
+	}
+	label, binding := lookup(0), lookup(1)
+	if benchErr != nil {
+		return ResolverCost{}, fmt.Errorf("resolve: %w", benchErr)
+	}
+	out.LabelLookup = time.Duration(label.NsPerOp())
+	out.BindingLookup = time.Duration(binding.NsPerOp())
+	out.AllocsPerOp = binding.AllocsPerOp()
+	runtime.KeepAlive(inf)
+	return out, nil
+}
+
+// Resolver measures the resolver at each of Sizes.ResolverPods.
+func (r *Runner) Resolver(context.Context) (*Table, error) {
+	t := &Table{
+		Title:   "Resolver (in-process)",
+		Columns: []string{"pods in caches", "lookup, labelled pod", "lookup, via binding", "allocs/lookup (binding)", "heap per pod", "of which pod metadata", "of which binding", "target", "verdict"},
+		Note: "Lookup: testing.Benchmark of Resolver.Resolve over pod names prepared beforehand. Heap per pod: live heap after GC of the " +
+			"pods metadata store plus the ResourceBinding store and its spec.resource index, divided by pods; each pod has one binding " +
+			"(as karmada-apiserver returns it, managed fields and annotations included, through the gateway's informer transform). Half the pods carry the cluster label.",
+	}
+	for _, n := range r.Sizes.ResolverPods {
+		r.logf("resolver with %d pods", n)
+		c, err := MeasureResolver(n)
+		if err != nil {
+			return nil, err
+		}
+		verdict := Met
+		if AtMost(float64(max(c.LabelLookup, c.BindingLookup)), float64(resolverLookupLimit)) == Missed || AtMost(c.BytesPerPod, resolverBytesLimit) == Missed {
+			verdict = Missed
+		}
+		t.Add(strconv.Itoa(n), FormatDuration(c.LabelLookup), FormatDuration(c.BindingLookup), strconv.FormatInt(c.AllocsPerOp, 10),
+			FormatBytes(c.BytesPerPod), FormatBytes(c.PodBytes), FormatBytes(c.BindingBytes), "< 1 µs/lookup, < 1 KiB/pod", string(verdict))
+	}
+	return t, nil
+}

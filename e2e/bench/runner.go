@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+)
+
+// Sizes scales the measurements; Quick and Full are the two presets.
+type Sizes struct {
+	Rounds        int           // interleaved rounds per path
+	RoundDuration time.Duration // closed-loop load per round and path
+	Concurrency   []int         // passthrough concurrencies
+	ListPods      int           // pods returned by the LIST measurement
+	SetupSamples  int           // exec sessions timed for setup, per path
+	ExecBytes     int64         // stdout bytes per exec transfer
+	ExecRounds    int           // transfers per path and protocol
+	StdinBytes    int64         // stdin bytes per exec transfer
+	Sessions      int           // concurrent exec sessions held open
+	HoldFor       time.Duration // how long they are held
+	LogLines      int           // lines followed with logs -f
+	LogBytes      int64         // log bytes read for log throughput
+	ResolverPods  []int         // pods (with bindings) in the resolver caches
+	LabelerRates  []int         // new pods per second
+	LabelerFor    time.Duration // how long pods are created at each rate
+}
+
+// Quick checks that every measurement works, in about a minute.
+var Quick = Sizes{
+	Rounds: 2, RoundDuration: 500 * time.Millisecond, Concurrency: []int{1, 16, 64},
+	ListPods: 100, SetupSamples: 5, ExecBytes: 16 << 20, ExecRounds: 1, StdinBytes: 16 << 20,
+	Sessions: 20, HoldFor: 3 * time.Second, LogLines: 50, LogBytes: 4 << 20,
+	ResolverPods: []int{1000, 10000}, LabelerRates: []int{20, 100}, LabelerFor: time.Second,
+}
+
+// Full is what docs/benchmarks.md reports.
+var Full = Sizes{
+	Rounds: 4, RoundDuration: 3 * time.Second, Concurrency: []int{1, 16, 64},
+	ListPods: 1000, SetupSamples: 40, ExecBytes: 1 << 30, ExecRounds: 1, StdinBytes: 256 << 20,
+	Sessions: 200, HoldFor: 60 * time.Second, LogLines: 300, LogBytes: 64 << 20,
+	ResolverPods: []int{10000, 100000}, LabelerRates: []int{20, 100}, LabelerFor: 5 * time.Second,
+}
+
+// Names of the objects the runner creates in env.Namespace.
+const (
+	policyName    = "bench"
+	placedLabel   = "bench.karmada-exec-gateway.io/placed"
+	listLabel     = "bench.karmada-exec-gateway.io/list"
+	shellPod      = "bench-shell"
+	logTickPod    = "bench-log-tick"
+	logBulkPod    = "bench-log-bulk"
+	containerName = "main"
+)
+
+// Runner runs the measurements against one environment whose gateway is
+// running in passthrough mode.
+type Runner struct {
+	Env   *env.Env
+	Sizes Sizes
+	// Log receives progress lines; nil discards.
+	Log io.Writer
+
+	member string // the only cluster bench pods are placed on
+}
+
+// paths are the two clients a passthrough measurement compares.
+type paths struct{ gateway, direct *rest.Config }
+
+func (r *Runner) logf(format string, args ...any) {
+	if r.Log != nil {
+		fmt.Fprintf(r.Log, "bench: "+format+"\n", args...)
+	}
+}
+
+// unlimited drops client-go's client-side rate limiter, which would
+// otherwise cap every path at the same QPS and hide the difference.
+func unlimited(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.QPS, c.Burst = -1, 0
+	c.UserAgent = "bench"
+	return c
+}
+
+func (r *Runner) passthroughPaths(user string) (paths, error) {
+	gw, err := r.Env.GatewayConfig(user)
+	if err != nil {
+		return paths{}, err
+	}
+	return paths{gateway: unlimited(gw), direct: unlimited(r.Env.KarmadaConfig(user))}, nil
+}
+
+// rewrittenPaths compares the gateway with Karmada's cluster proxy of the
+// member the bench pods run on: what the gateway rewrites to.
+func (r *Runner) rewrittenPaths(user string) (paths, error) {
+	gw, err := r.Env.GatewayConfig(user)
+	if err != nil {
+		return paths{}, err
+	}
+	return paths{gateway: unlimited(gw), direct: unlimited(r.Env.ClusterProxyConfig(r.member, user))}, nil
+}
+
+// Setup places the bench pods on the first member through a policy that
+// selects them by label, so the LIST pods (without the label) stay
+// unpropagated templates.
+func (r *Runner) Setup(ctx context.Context) error {
+	r.member = r.Env.Members()[0]
+	policy := env.PropagationPolicy(env.Namespace, policyName, []string{r.member})
+	spec := policy.Object["spec"].(map[string]any)
+	spec["resourceSelectors"] = []any{map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"labelSelector": map[string]any{"matchLabels": map[string]any{placedLabel: "true"}},
+	}}
+	if err := r.Env.CreatePolicy(ctx, policy); err != nil {
+		return err
+	}
+	admin, err := r.Env.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		return err
+	}
+	pods := map[string]string{
+		shellPod: `while true; do sleep 1; done`,
+		// A line every 20ms carrying the time it was written, for logs -f.
+		logTickPod: `while true; do date +%s%N; sleep 0.02; done`,
+		// A log of LogBytes/100 lines of 100 bytes, then quiet.
+		logBulkPod: fmt.Sprintf(`yes %s | head -n %d; while true; do sleep 1; done`, strings.Repeat("x", 99), r.Sizes.LogBytes/100),
+	}
+	for name, script := range pods {
+		p := env.ShellPod(env.Namespace, name, script)
+		p.Labels = map[string]string{placedLabel: "true"}
+		if _, err := admin.CoreV1().Pods(env.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", name, err)
+		}
+	}
+	for name := range pods {
+		if _, err := r.Env.WaitPodRunning(ctx, env.Namespace, name, 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	r.logf("bench pods running on %s; creating %d pod templates for LIST", r.member, r.Sizes.ListPods)
+	return createPods(ctx, admin, "bench-list", r.Sizes.ListPods, map[string]string{listLabel: "true"})
+}
+
+// createPods creates n unpropagated pod templates named prefix-i with
+// labels, 16 at a time.
+func createPods(ctx context.Context, client kubernetes.Interface, prefix string, n int, labels map[string]string) error {
+	sem := make(chan struct{}, 16)
+	errs := make(chan error, n)
+	for i := range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			p := env.ShellPod(env.Namespace, fmt.Sprintf("%s-%05d", prefix, i), "true")
+			p.Labels = labels
+			_, err := client.CoreV1().Pods(env.Namespace).Create(ctx, p, metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return fmt.Errorf("create %s pods: %w", prefix, err)
+		}
+	}
+	return nil
+}
+
+// gatewayProcess reads the gateway's own process metrics (the Prometheus
+// process collector: RSS and CPU seconds of the gateway's PID).
+func (r *Runner) gatewayProcess(ctx context.Context) (rss, cpuSeconds float64, err error) {
+	client, err := r.metricsClient()
+	if err != nil {
+		return 0, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.Env.GatewayMetricsURL()+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("scrape gateway metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("scrape gateway metrics: %s", resp.Status)
+	}
+	values, err := parseGauges(resp.Body, "process_resident_memory_bytes", "process_cpu_seconds_total")
+	if err != nil {
+		return 0, 0, err
+	}
+	return values[0], values[1], nil
+}
