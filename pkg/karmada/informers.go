@@ -80,7 +80,7 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 	if err := i.Pods.SetTransform(trimPodMetadata); err != nil {
 		return nil, fmt.Errorf("pods informer transform: %w", err)
 	}
-	if err := i.Bindings.SetTransform(Transform[ResourceBinding]()); err != nil {
+	if err := i.Bindings.SetTransform(trimBinding); err != nil {
 		return nil, fmt.Errorf("bindings informer transform: %w", err)
 	}
 	if err := i.Clusters.SetTransform(Transform[Cluster]()); err != nil {
@@ -100,6 +100,20 @@ func trimPodMetadata(obj any) (any, error) {
 		m.Annotations = nil
 	}
 	return obj, nil
+}
+
+// trimBinding converts a binding and drops the metadata nothing reads:
+// managed fields, annotations, labels and owner references are most of a
+// binding's metadata, and there is one binding per pod.
+func trimBinding(obj any) (any, error) {
+	out, err := Transform[ResourceBinding]()(obj)
+	if b, ok := out.(*ResourceBinding); ok && err == nil {
+		b.ManagedFields = nil
+		b.Annotations = nil
+		b.Labels = nil
+		b.OwnerReferences = nil
+	}
+	return out, err
 }
 
 // Start starts the informers and, when metrics are set, reports cache sizes

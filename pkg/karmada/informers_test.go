@@ -3,6 +3,7 @@ package karmada
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -229,4 +230,49 @@ func keys(inf cache.SharedIndexInformer, want string) ([]string, bool) {
 		}
 	}
 	return ks, false
+}
+
+func TestTrimBindingKeepsOnlyWhatIsRead(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "work.karmada.io/v1alpha2",
+		"kind":       "ResourceBinding",
+		"metadata": map[string]any{
+			"name": "job-42-pod", "namespace": "ci", "uid": "b-uid",
+			"labels":          map[string]any{PermanentIDLabel: "x"},
+			"annotations":     map[string]any{"a": "b"},
+			"ownerReferences": []any{map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "job-42", "uid": "p-uid"}},
+			"managedFields":   []any{map[string]any{"manager": "karmada-controller-manager"}},
+		},
+		"spec": map[string]any{
+			"resource":            map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": "ci", "name": "job-42", "uid": "p-uid"},
+			"clusters":            []any{map[string]any{"name": "member1"}},
+			"replicaRequirements": map[string]any{"resourceRequest": map[string]any{"cpu": "1"}},
+		},
+	}}
+	out, err := trimBinding(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok := out.(*ResourceBinding)
+	if !ok {
+		t.Fatalf("trimBinding returned %T, want *ResourceBinding", out)
+	}
+	if b.Labels != nil || b.Annotations != nil || b.OwnerReferences != nil || b.ManagedFields != nil {
+		t.Errorf("metadata not trimmed: %+v", b.ObjectMeta)
+	}
+	if b.Name != "job-42-pod" || b.Namespace != "ci" || b.Spec.Resource.UID != "p-uid" || len(b.Spec.Clusters) != 1 {
+		t.Errorf("read fields lost: %+v", b)
+	}
+	if tomb := (cache.DeletedFinalStateUnknown{Key: "ci/x"}); !reflect.DeepEqual(mustTrim(t, tomb), tomb) {
+		t.Error("tombstone changed by trimBinding")
+	}
+}
+
+func mustTrim(t *testing.T, obj any) any {
+	t.Helper()
+	out, err := trimBinding(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
