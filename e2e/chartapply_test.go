@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -205,9 +204,9 @@ func TestChartObjectsAccepted(t *testing.T) {
 // decodes every document.
 func renderChart(t *testing.T, release, authMode string) []*unstructured.Unstructured {
 	t.Helper()
-	out, stderr, err := runChartHelm(t, "template", release, filepath.Join(repoRoot(t), "charts", "gateway"),
+	out, stderr, err := helmtest.Run(t, "template", release, filepath.Join(repoRoot(t), "charts", "gateway"),
 		"--namespace", chartApplyNamespace,
-		"--kube-version", "1.37.2",
+		"--kube-version", helmtest.KubeVersion,
 		"--set", "target=karmadaApiserver",
 		"--set", "auth.mode="+authMode)
 	if err != nil {
@@ -228,42 +227,6 @@ func repoRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return root
-}
-
-// chartHelmBin is $HELM or <repo>/bin/helm. Missing, it fails the test: a
-// chart check that skips would count as passing without rendering anything.
-func chartHelmBin(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("HELM")
-	if p == "" {
-		p = filepath.Join(repoRoot(t), "bin", "helm")
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatalf("helm path %q: %v", p, err)
-	}
-	if _, err := os.Stat(abs); err != nil {
-		t.Fatalf("helm not found at %s (build it with `make helm`, or set HELM): %v", abs, err)
-	}
-	return abs
-}
-
-// runChartHelm runs helm away from the user's config, cache, repositories
-// and clusters, and returns stdout, stderr and the error.
-func runChartHelm(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), chartHelmBin(t), args...)
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
-	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	return stdout.String(), stderr.String(), err
 }
 
 // decodeDocuments splits a multi-document stream and strictly decodes each

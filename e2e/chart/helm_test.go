@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,50 +13,17 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
 )
 
 // chartDir is the chart under test, relative to this package.
 const chartDir = "../../charts/gateway"
 
-// kubeVersion pins the capabilities helm renders against to the release the
-// project uses, whatever client-go the helm tool module was built with.
-const kubeVersion = "1.37.2"
+// kubeVersion and runHelm are helmtest's, named for this package's tests.
+const kubeVersion = helmtest.KubeVersion
 
-// helmBin is bin/helm (or $HELM). A missing helm fails the suite: a chart
-// test that skips would count as passing without rendering anything.
-func helmBin(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("HELM")
-	if p == "" {
-		p = "../../bin/helm"
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatalf("helm path %q: %v", p, err)
-	}
-	if _, err := os.Stat(abs); err != nil {
-		t.Fatalf("helm not found at %s (build it with `make helm`, or set HELM): %v", abs, err)
-	}
-	return abs
-}
-
-// runHelm runs helm with args and returns stdout, stderr and the error.
-func runHelm(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	cmd := exec.Command(helmBin(t), args...)
-	// Keep helm away from the user's config, cache and repositories.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
-	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	return stdout.String(), stderr.String(), err
-}
+var runHelm = helmtest.Run
 
 // valuesFile writes v as a values file and returns its path. Not under
 // t.TempDir: helm splits --values on commas, and subtest names have them.

@@ -1,0 +1,57 @@
+// Package helmtest runs the helm binary the tools build into bin/ for the e2e
+// module's chart tests, away from the user's helm config, cache,
+// repositories and clusters.
+package helmtest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+)
+
+// KubeVersion pins the capabilities helm renders against to the release the
+// project uses, whatever client-go the helm tool module was built with.
+const KubeVersion = "1.37.2"
+
+// Bin is $HELM or <repo>/bin/helm. A missing helm fails the test: a chart
+// test that skips would count as passing without rendering anything.
+func Bin(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("HELM")
+	if p == "" {
+		root, err := env.FindRepoRoot()
+		if err != nil {
+			t.Fatalf("find bin/helm: %v", err)
+		}
+		p = filepath.Join(root, "bin", "helm")
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatalf("helm path %q: %v", p, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		t.Fatalf("helm not found at %s (build it with `make tools`, or set HELM): %v", abs, err)
+	}
+	return abs
+}
+
+// Run runs helm with args and returns stdout, stderr and the error.
+func Run(t testing.TB, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), Bin(t), args...)
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
