@@ -140,6 +140,13 @@ func (e *Env) startEtcd(ctx context.Context) error {
 			"--listen-metrics-urls=",
 			"--log-level=warn",
 			"--logger=zap",
+			// etcd 3.4 cannot answer the apiservers' watch-progress requests,
+			// and with three prefixes in one etcd the global revision moves
+			// on without events in a cache's prefix: a watch without a
+			// resourceVersion (GitLab Runner's pod watch) then waits for a
+			// fresh cache and fails with "Too large resource version".
+			// Frequent progress notifications keep every watch cache current.
+			"--experimental-watch-progress-notify-interval=200ms",
 		},
 		logPath: filepath.Join(e.logDir, "etcd.log"),
 	}

@@ -1,0 +1,328 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// gitlabPod is a GitLab Runner job pod: "build" runs a shell reading the
+// job script from its stdin (the attach strategy) after printing twelve
+// boot lines as its container log; "helper" idles, as the runner helper
+// does between its read-logs execs.
+func gitlabPod(name string) *corev1.Pod {
+	pod := env.ShellPod(env.Namespace, name, `for i in $(seq 1 12); do echo "boot-$i"; done; exec sh`)
+	pod.Spec.Containers[0].Name = "build"
+	pod.Spec.Containers[0].Stdin = true
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+		Name: "helper", Image: "gitlab-runner-helper",
+		Command: []string{"sh", "-c", `while true; do sleep 1; done`},
+	})
+	return pod
+}
+
+// gitlabURL builds a pod subresource URL through the gateway as GitLab
+// Runner does: Param("container", c) and then VersionedParams of options
+// that name the container again, so container= is in the query twice.
+func gitlabURL(t *testing.T, pod, sub, container string, opts runtime.Object) *url.URL {
+	t.Helper()
+	u := gatewayClient(t, env.UserExecOnly).CoreV1().RESTClient().Post().
+		Resource("pods").Namespace(env.Namespace).Name(pod).SubResource(sub).
+		Param("container", container).VersionedParams(opts, scheme.ParameterCodec).URL()
+	if got := u.Query()["container"]; len(got) != 2 || got[0] != container || got[1] != container {
+		t.Fatalf("the replayed URL %s has container=%v, want %q twice as GitLab Runner sends it", u, got, container)
+	}
+	return u
+}
+
+// TestExecutorGitLabRunner replays the calls of GitLab Runner's kubernetes
+// executor (client-go, SPDY) through the gateway: pod polling and the
+// Running watch, the tailLines=10 log probe, the follow+timestamps log of
+// honor-entrypoint, the attach strategy (script on the build container's
+// stdin, output read by offset-resumable execs in the helper), the legacy
+// exec strategy, and the web terminal's raw channel.k8s.io WebSocket.
+func TestExecutorGitLabRunner(t *testing.T) {
+	t.Parallel()
+	dumpLogsOnFailure(t)
+	const name, member = "exec-gitlab", "member2"
+	placePod(t, gitlabPod(name), []string{member}, member)
+	gw := gatewayClient(t, env.UserExecOnly)
+	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buildDir := podDir(member, name, "build")
+
+	t.Run("get pod and watch Running", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		p, err := gw.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("GET pod through the gateway: phase %q, want Running", p.Status.Phase)
+		}
+		w, err := gw.CoreV1().Pods(env.Namespace).Watch(ctx, metav1.ListOptions{
+			FieldSelector: "status.phase=Running,metadata.name=" + name,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the Running watch closed without an event")
+			}
+			got, isPod := ev.Object.(*corev1.Pod)
+			if ev.Type != watch.Added || !isPod || got.Name != name || got.Status.Phase != corev1.PodRunning {
+				t.Errorf("the Running watch sent %s %T %v, want ADDED of Running pod %s", ev.Type, ev.Object, ev.Object, name)
+			}
+		case <-ctx.Done():
+			t.Fatal("the watch with fieldSelector status.phase=Running,metadata.name sent nothing")
+		}
+	})
+
+	t.Run("version and access review", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		v, err := gw.Discovery().ServerVersion()
+		if err != nil || v.GitVersion == "" {
+			t.Fatalf("GET /version through the gateway: %v, %+v", err, v)
+		}
+		// The runner checks it may exec before it starts the job.
+		review, err := gw.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: env.Namespace, Verb: "create", Resource: "pods", Subresource: "exec", Name: name,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !review.Status.Allowed {
+			t.Errorf("SelfSubjectAccessReview for create pods/exec: %+v, want allowed for exec-only", review.Status)
+		}
+	})
+
+	t.Run("log probe tailLines=10", func(t *testing.T) {
+		logs := countRoute(t, metrics.RouteLog, "200")
+		var want strings.Builder
+		for i := 3; i <= 12; i++ {
+			fmt.Fprintf(&want, "boot-%d\n", i)
+		}
+		tailLines := int64(10)
+		var got string
+		// The probe is the runner's "is the container up" check: poll it.
+		err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			b, err := gw.CoreV1().Pods(env.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: "build", TailLines: &tailLines}).DoRaw(ctx)
+			if err != nil {
+				return false, fmt.Errorf("pods/log?tailLines=10 through the gateway: %w", err)
+			}
+			got = string(b)
+			return got == want.String(), nil
+		})
+		if err != nil {
+			t.Fatalf("pods/log?container=build&tailLines=10 returned %q, want %q: %v", got, want.String(), err)
+		}
+		logs.check(t, 1)
+	})
+
+	t.Run("log follow with timestamps", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		req := gw.CoreV1().Pods(env.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: "build", Follow: true, Timestamps: true})
+		if q := req.URL().Query(); q.Get("follow") != "true" || q.Get("timestamps") != "true" {
+			t.Fatalf("replayed log URL %s lacks follow=true&timestamps=true", req.URL())
+		}
+		rc, err := req.Stream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		sc := bufio.NewScanner(rc)
+		for i := 1; i <= 12; i++ {
+			if !sc.Scan() {
+				t.Fatalf("the followed log ended after %d lines: %v", i-1, sc.Err())
+			}
+			ts, text, ok := strings.Cut(sc.Text(), " ")
+			if !ok || text != fmt.Sprintf("boot-%d", i) {
+				t.Fatalf("followed log line %d is %q, want \"<timestamp> boot-%d\"", i, sc.Text(), i)
+			}
+			if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
+				t.Errorf("followed log line %d: timestamp %q: %v", i, ts, err)
+			}
+		}
+	})
+
+	t.Run("attach strategy and read-logs with offsets", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		attaches := countRoute(t, metrics.RouteAttach, "101")
+		execs := countRoute(t, metrics.RouteExec, "101")
+
+		// The script the runner writes on the build container's stdin: job
+		// output goes to a log file, the helper reads it by offset.
+		const script = "{ echo job-line-1; echo job-line-2; echo job-line-3; } >> output.log\n" +
+			"while [ ! -e go ]; do sleep 0.05; done\n" +
+			"{ echo job-line-4; echo job-line-5; pwd; } >> output.log\n" +
+			"echo finished > job-finished\n"
+		attachURL := gitlabURL(t, name, "attach", "build", &corev1.PodAttachOptions{Container: "build", Stdin: true})
+		if q := attachURL.Query(); q.Get("stdin") != "true" || q.Has("stdout") || q.Has("stderr") {
+			t.Fatalf("attach URL %s, want stdin only", attachURL)
+		}
+		attach, err := remotecommand.NewSPDYExecutor(cfg, "POST", attachURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdinR, stdinW := io.Pipe()
+		attachCtx, stopAttach := context.WithCancel(ctx)
+		attachDone := make(chan error, 1)
+		go func() {
+			attachDone <- attach.StreamWithContext(attachCtx, remotecommand.StreamOptions{Stdin: stdinR})
+		}()
+		defer func() {
+			// The runner drops the attach when the job is over.
+			stopAttach()
+			_ = stdinW.Close()
+			select {
+			case <-attachDone:
+			case <-time.After(30 * time.Second):
+				t.Error("the attach did not end after its context was canceled")
+			}
+		}()
+		if _, err := io.WriteString(stdinW, script); err != nil {
+			t.Fatalf("write the job script on the attach stdin: %v", err)
+		}
+
+		// read-logs, first connection: follows the log from offset 0 and is
+		// cut once the first part is read (a dropped connection).
+		readLogs := func(offset int, follow bool) []string {
+			cmd := `tail -c +$(($1+1)) ../build/output.log`
+			if follow {
+				cmd = `while [ ! -e ../build/output.log ]; do sleep 0.05; done; tail -f -c +$(($1+1)) ../build/output.log`
+			} else {
+				cmd = `while [ ! -e ../build/job-finished ]; do sleep 0.05; done; ` + cmd
+			}
+			return []string{"sh", "-c", cmd, "read-logs", fmt.Sprint(offset)}
+		}
+		const part1 = "job-line-1\njob-line-2\njob-line-3\n"
+		first, err := remotecommand.NewSPDYExecutor(cfg, "POST", gitlabURL(t, name, "exec", "helper", &corev1.PodExecOptions{
+			Container: "helper", Command: readLogs(0, true), Stdout: true, Stderr: true,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out1, err1 syncBuffer
+		firstCtx, cut := context.WithCancel(ctx)
+		firstDone := make(chan error, 1)
+		go func() {
+			firstDone <- first.StreamWithContext(firstCtx, remotecommand.StreamOptions{Stdout: &out1, Stderr: &err1})
+		}()
+		if err := waitString(ctx, &out1, "job-line-3\n", 30*time.Second); err != nil {
+			cut()
+			t.Fatalf("read-logs from offset 0: %v (stderr %q)", err, err1.String())
+		}
+		cut()
+		select {
+		case <-firstDone:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the cut read-logs exec did not end")
+		}
+		if got := out1.String(); got != part1 {
+			t.Fatalf("read-logs from offset 0 read %q, want exactly %q", got, part1)
+		}
+		offset := len(out1.String())
+
+		// The legacy strategy: exec sh with the script on stdin and all
+		// three streams. This script also lets the job go on.
+		legacy, err := remotecommand.NewSPDYExecutor(cfg, "POST", gitlabURL(t, name, "exec", "build", &corev1.PodExecOptions{
+			Container: "build", Command: []string{"sh"}, Stdin: true, Stdout: true, Stderr: true,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lout, lerr syncBuffer
+		if err := legacy.StreamWithContext(ctx, remotecommand.StreamOptions{
+			Stdin:  strings.NewReader("echo legacy-out-$((6*7))\necho legacy-err-$((6*7)) >&2\npwd\ntouch go\n"),
+			Stdout: &lout, Stderr: &lerr,
+		}); err != nil {
+			t.Fatalf("legacy exec of sh with the script on stdin: %v (stdout %q, stderr %q)", err, lout.String(), lerr.String())
+		}
+		if want := "legacy-out-42\n" + buildDir + "\n"; lout.String() != want || lerr.String() != "legacy-err-42\n" {
+			t.Errorf("legacy exec printed stdout %q, stderr %q; want %q (the member's build dir), %q",
+				lout.String(), lerr.String(), want, "legacy-err-42\n")
+		}
+
+		// read-logs, reconnected with the last offset: exactly the rest.
+		second, err := remotecommand.NewSPDYExecutor(cfg, "POST", gitlabURL(t, name, "exec", "helper", &corev1.PodExecOptions{
+			Container: "helper", Command: readLogs(offset, false), Stdout: true, Stderr: true,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out2, err2 syncBuffer
+		if err := second.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out2, Stderr: &err2}); err != nil {
+			t.Fatalf("read-logs from offset %d: %v (stderr %q)", offset, err, err2.String())
+		}
+		if want := "job-line-4\njob-line-5\n" + buildDir + "\n"; out2.String() != want {
+			t.Errorf("read-logs from offset %d read %q, want exactly %q (the rest, ending with the member's build dir)", offset, out2.String(), want)
+		}
+		attaches.check(t, 1)
+		execs.check(t, 3)
+	})
+
+	t.Run("web terminal channel.k8s.io", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		q := "command=sh&command=-c&command=" + url.QueryEscape("echo terminal-$((6*7)); exec sh") +
+			"&container=build&container=build&stdin=true&stdout=true&stderr=true&tty=1"
+		s := dialGatewayWS(t, env.UserExecOnly, "/api/v1/namespaces/"+env.Namespace+"/pods/"+name+"/exec", q, []string{"channel.k8s.io"})
+		if s.protocol != "channel.k8s.io" {
+			t.Fatalf("negotiated subprotocol %q, want channel.k8s.io", s.protocol)
+		}
+		if err := s.waitText(ctx, chStdout, "terminal-42", 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.resize(90, 20); err != nil {
+			t.Fatal(err)
+		}
+		typed := `i=0; while [ "$(stty size)" != "20 90" ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done; echo "size=$(stty size)"; echo typed-$((6*7)); pwd; exit 5` + "\r"
+		if err := s.send(chStdin, []byte(typed)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.waitClosed(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		out := s.text(chStdout)
+		for _, want := range []string{"size=20 90\r\n", "typed-42\r\n", buildDir + "\r\n"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("terminal output %q lacks %q", out, want)
+			}
+		}
+		// v1 framing: the error channel carries only a failure's text.
+		if msg := s.text(chError); !strings.Contains(msg, "non-zero exit code") || !strings.Contains(msg, "5") {
+			t.Errorf("v1 error channel %q, want the non-zero exit code 5", msg)
+		}
+		if stderr := s.bytes(chStderr); len(stderr) != 0 {
+			t.Errorf("a tty session wrote %q on stderr, want everything on the terminal", stderr)
+		}
+	})
+}
