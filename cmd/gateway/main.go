@@ -82,7 +82,7 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 
-	informers, err := karmada.NewInformers(karmada.InformersOptions{Metadata: md, Dynamic: dyn, Resync: o.resync, Metrics: m})
+	informers, err := karmada.NewInformers(karmada.InformersOptions{Metadata: md, Dynamic: dyn, Resync: o.resync, Metrics: m, Services: o.enableServiceProxy})
 	if err != nil {
 		return err
 	}
@@ -119,6 +119,9 @@ func run(ctx context.Context, o *options) error {
 	popts := proxy.Options{
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
 		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
+	}
+	if o.enableServiceProxy {
+		popts.ServiceResolver = res
 	}
 	if popts.AuthMode == proxy.AuthAuthorize {
 		a, err := auth.New(auth.Options{Client: kube, ClientCAs: clientCAs, CacheTTL: o.authCacheTTL, Metrics: m})

@@ -34,6 +34,7 @@ type options struct {
 	clientBurst         int
 	maxStreams          int
 	maxStreamsPerClient int
+	enableServiceProxy  bool
 }
 
 // bindFlags registers every flag; the README's flag table mirrors this list.
@@ -72,6 +73,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	// exec and log -f each) while leaving nine tenths of the total to others.
 	fs.IntVar(&o.maxStreams, "max-streams", 2000, "most upgraded (exec, attach, port-forward) and streaming (watch, log -f) requests open at once; over it clients get 429 (0 = unlimited)")
 	fs.IntVar(&o.maxStreamsPerClient, "max-streams-per-client", 200, "most such streams open at once per client identity (bearer token hash, verified client certificate subject, else remote IP); over it clients get 429 (0 = unlimited)")
+	fs.BoolVar(&o.enableServiceProxy, "enable-service-proxy", false, "rewrite services/{name}/proxy to the cluster proxy of the Service's member cluster (needs list/watch on services; passthrough mode only)")
 	return o
 }
 
@@ -89,6 +91,9 @@ func (o *options) validate() error {
 	}
 	if o.clientCAFile != "" && proxy.AuthMode(o.authMode) != proxy.AuthAuthorize {
 		return fmt.Errorf("--client-ca-file is only used in --auth-mode=authorize: in passthrough mode a client certificate cannot be forwarded upstream")
+	}
+	if o.enableServiceProxy && proxy.AuthMode(o.authMode) != proxy.AuthPassthrough {
+		return fmt.Errorf("--enable-service-proxy is only supported with --auth-mode=passthrough: authorize mode does not authorize services/proxy")
 	}
 	if o.maxStreams < 0 || o.maxStreamsPerClient < 0 {
 		return fmt.Errorf("--max-streams and --max-streams-per-client must not be negative (0 is unlimited)")

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -23,6 +25,9 @@ const BindingsByResourceIndex = "spec.resource"
 
 // PodGVR is the resource of pod templates in karmada-apiserver.
 var PodGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// ServiceGVR is the resource of Service templates in karmada-apiserver.
+var ServiceGVR = schema.GroupVersionResource{Version: "v1", Resource: "services"}
 
 // ResourceKey is the BindingsByResourceIndex key of a namespaced object.
 func ResourceKey(kind, namespace, name string) string {
@@ -50,6 +55,11 @@ type Informers struct {
 	Bindings cache.SharedIndexInformer
 	// Clusters holds *Cluster.
 	Clusters cache.SharedIndexInformer
+	// Services, when enabled (InformersOptions.Services), holds
+	// *corev1.Service trimmed to name, namespace, UID and spec.selector: the
+	// service proxy's fallback needs the selector, which a metadata-only
+	// informer does not carry.
+	Services cache.SharedIndexInformer
 
 	metrics *metrics.Metrics
 	start   []func(<-chan struct{})
@@ -63,6 +73,8 @@ type InformersOptions struct {
 	Resync time.Duration
 	// Metrics, when set, receives the cache sizes.
 	Metrics *metrics.Metrics
+	// Services adds the Services informer (list/watch services RBAC).
+	Services bool
 }
 
 // NewInformers builds the shared informers. Call Start once every consumer
@@ -86,6 +98,12 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 	if err := i.Clusters.SetTransform(Transform[Cluster]()); err != nil {
 		return nil, fmt.Errorf("clusters informer transform: %w", err)
 	}
+	if opts.Services {
+		i.Services = dyn.ForResource(ServiceGVR).Informer()
+		if err := i.Services.SetTransform(trimService); err != nil {
+			return nil, fmt.Errorf("services informer transform: %w", err)
+		}
+	}
 	if err := i.Bindings.AddIndexers(cache.Indexers{BindingsByResourceIndex: IndexBindingByResource}); err != nil {
 		return nil, fmt.Errorf("bindings index: %w", err)
 	}
@@ -100,6 +118,26 @@ func trimPodMetadata(obj any) (any, error) {
 		m.Annotations = nil
 	}
 	return obj, nil
+}
+
+// trimService converts a Service to what the resolver reads: its identity
+// and selector. Ports, status and all other metadata are dropped.
+func trimService(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	selector, _, err := unstructured.NestedStringMap(u.Object, "spec", "selector")
+	if err != nil {
+		return nil, fmt.Errorf("service %s/%s: spec.selector: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(),
+			ResourceVersion: u.GetResourceVersion(), DeletionTimestamp: u.GetDeletionTimestamp(),
+		},
+		Spec: corev1.ServiceSpec{Selector: selector},
+	}, nil
 }
 
 // trimBinding converts a binding and drops the metadata nothing reads:
@@ -143,16 +181,24 @@ func (i *Informers) reportSizes() {
 	i.metrics.CacheObjects.WithLabelValues("pods").Set(float64(len(i.Pods.GetStore().ListKeys())))
 	i.metrics.CacheObjects.WithLabelValues("resourcebindings").Set(float64(len(i.Bindings.GetStore().ListKeys())))
 	i.metrics.CacheObjects.WithLabelValues("clusters").Set(float64(len(i.Clusters.GetStore().ListKeys())))
+	if i.Services != nil {
+		i.metrics.CacheObjects.WithLabelValues("services").Set(float64(len(i.Services.GetStore().ListKeys())))
+	}
 }
 
 // HasSynced reports whether every cache has completed its initial list.
 func (i *Informers) HasSynced() bool {
-	return i.Pods.HasSynced() && i.Bindings.HasSynced() && i.Clusters.HasSynced()
+	return i.Pods.HasSynced() && i.Bindings.HasSynced() && i.Clusters.HasSynced() &&
+		(i.Services == nil || i.Services.HasSynced())
 }
 
 // WaitForCacheSync blocks until the caches are synced or ctx ends.
 func (i *Informers) WaitForCacheSync(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), i.Pods.HasSynced, i.Bindings.HasSynced, i.Clusters.HasSynced)
+	synced := []cache.InformerSynced{i.Pods.HasSynced, i.Bindings.HasSynced, i.Clusters.HasSynced}
+	if i.Services != nil {
+		synced = append(synced, i.Services.HasSynced)
+	}
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
 }
 
 // BindingOf returns the ResourceBinding of the Pod template namespace/name
@@ -163,9 +209,18 @@ func (i *Informers) WaitForCacheSync(ctx context.Context) bool {
 // per template; should there be more, the lowest name wins so callers never
 // flap between them.
 func (i *Informers) BindingOf(namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
-	objs, err := i.Bindings.GetIndexer().ByIndex(BindingsByResourceIndex, ResourceKey("Pod", namespace, name))
+	return i.bindingOf("Pod", namespace, name, uid)
+}
+
+// BindingOfService is BindingOf for the Service template namespace/name.
+func (i *Informers) BindingOfService(namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
+	return i.bindingOf("Service", namespace, name, uid)
+}
+
+func (i *Informers) bindingOf(kind, namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
+	objs, err := i.Bindings.GetIndexer().ByIndex(BindingsByResourceIndex, ResourceKey(kind, namespace, name))
 	if err != nil {
-		return nil, 0, fmt.Errorf("bindings of pod %s/%s: %w", namespace, name, err)
+		return nil, 0, fmt.Errorf("bindings of %s %s/%s: %w", kind, namespace, name, err)
 	}
 	var best *ResourceBinding
 	qualified := 0

@@ -16,6 +16,8 @@ const (
 	RouteAttach      = "attach"
 	RouteLog         = "log"
 	RoutePortForward = "portforward"
+	// RouteServiceProxy is services/{name}/proxy rewritten to a member.
+	RouteServiceProxy = "serviceproxy"
 )
 
 // Resolve sources label resolve results.

@@ -12,6 +12,13 @@
 //     subresources but is not canonical is answered 400 and never sent
 //     upstream, so the gateway and karmada-apiserver can never disagree about
 //     which pod a request is for.
+//   - Service proxy (service.go), when Options.ServiceResolver is set:
+//     /api/v1/namespaces/<ns>/services/<[scheme:]name[:port]>/proxy[/<rest>]
+//     goes, any method, upgrades included, to the cluster proxy of the
+//     member the Service resolves to, <rest> and the query byte for byte. The
+//     same strict parse applies to the prefix; <rest> may carry escapes but
+//     no segment that is or decodes to a dot segment. Authorize mode answers
+//     501: the Authorizer decides pod subresources only.
 //   - Proxying is httputil.ReverseProxy with the Rewrite hook. Rewrite restores
 //     what ReverseProxy changes for safety in generic proxies but that would
 //     break byte-for-byte passthrough here: the raw query (cleanQueryParams

@@ -14,6 +14,14 @@ type Resolver interface {
 	Resolve(ctx context.Context, namespace, pod string) (cluster string, err error)
 }
 
+// ServiceResolver maps a federated Service to the member cluster that
+// serves it. *resolver.Resolver implements it.
+type ServiceResolver interface {
+	// ResolveService returns the member cluster of namespace/name. Errors
+	// implementing apierrors.APIStatus are written to the client as is.
+	ResolveService(ctx context.Context, namespace, name string) (cluster string, err error)
+}
+
 // Caller is an authenticated identity, as authorize mode forwards it.
 type Caller struct {
 	Name   string

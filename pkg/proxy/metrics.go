@@ -132,6 +132,10 @@ func isStreamingRequest(route string, u *url.URL) bool {
 		v, ok := q[key]
 		return ok && len(v) > 0 && v[0] != "false" && v[0] != "0"
 	}
+	if route == metrics.RouteServiceProxy {
+		// The query belongs to the proxied application, not to the API.
+		return false
+	}
 	if route == metrics.RouteLog {
 		return truthy("follow")
 	}

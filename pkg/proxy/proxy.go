@@ -45,6 +45,11 @@ type Options struct {
 	Upstream *rest.Config
 	// Resolver maps pods to member clusters. Required.
 	Resolver Resolver
+	// ServiceResolver, when set, makes the gateway rewrite
+	// services/{name}/proxy to the cluster proxy of the Service's member
+	// cluster (passthrough mode only; authorize mode answers 501). Nil
+	// passes services/proxy through unchanged.
+	ServiceResolver ServiceResolver
 	// AuthMode defaults to AuthPassthrough.
 	AuthMode AuthMode
 	// Authorizer is required in authorize mode.
@@ -65,6 +70,7 @@ type Options struct {
 type Proxy struct {
 	upstream   *upstream
 	resolver   Resolver
+	services   ServiceResolver
 	authMode   AuthMode
 	authorizer Authorizer
 	metrics    *metrics.Metrics
@@ -112,6 +118,7 @@ func New(opts Options) (*Proxy, error) {
 	p := &Proxy{
 		upstream:   up,
 		resolver:   opts.Resolver,
+		services:   opts.ServiceResolver,
 		authMode:   opts.AuthMode,
 		authorizer: opts.Authorizer,
 		metrics:    opts.Metrics,
@@ -127,7 +134,11 @@ func New(opts Options) (*Proxy, error) {
 		ErrorHandler:   p.handleError,
 		ErrorLog:       log.New(klogWriter{}, "", 0),
 	}
-	p.router = newRouter(p.serveRewrite, p.servePassthrough)
+	var serviceProxy http.HandlerFunc
+	if p.services != nil {
+		serviceProxy = p.serveServiceProxy
+	}
+	p.router = newRouter(p.serveRewrite, p.servePassthrough, serviceProxy)
 	return p, nil
 }
 

@@ -23,12 +23,16 @@ func isPodSubresource(s string) bool {
 	return false
 }
 
-// newRouter routes the four pod subresources to rewrite and everything else
-// to passthrough. guardPodRequests runs first, so a request reaching chi that
-// addresses a pod stream is already known to be canonical.
-func newRouter(rewrite, passthrough http.HandlerFunc) http.Handler {
+// newRouter routes the four pod subresources to rewrite, services/proxy to
+// serviceProxy when it is not nil, and everything else to passthrough.
+// guardPodRequests runs first, so a request reaching chi that addresses a pod
+// stream is already known to be canonical.
+func newRouter(rewrite, passthrough, serviceProxy http.HandlerFunc) http.Handler {
 	mux := chi.NewRouter()
 	mux.Use(guardPodRequests)
+	if serviceProxy != nil {
+		mux.Use(routeServiceProxy(serviceProxy))
+	}
 	for _, sub := range podSubresources {
 		pattern := "/api/v1/namespaces/{namespace}/pods/{name}/" + sub
 		mux.MethodFunc(http.MethodGet, pattern, rewrite)
@@ -73,6 +77,26 @@ func guardPodRequests(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// routeServiceProxy sends every request that plausibly addresses
+// services/<x>/proxy to serviceProxy (any method: the proxied application
+// decides), or answers 400 when it is not in canonical form. It bypasses chi:
+// the proxied path's rest is arbitrary and must reach the handler unparsed.
+func routeServiceProxy(serviceProxy http.HandlerFunc) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !targetsServiceProxy(r.URL) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if _, ok := parseServiceProxyRequest(r.URL); !ok {
+				writeStatus(w, invalidServiceProxyPath(r.URL))
+				return
+			}
+			serviceProxy(w, r)
+		})
+	}
 }
 
 // parsePodRequest is the strict parse of a rewritten route. The escaped path

@@ -35,6 +35,12 @@
 //     why. More than one candidate counts resolve_ambiguous_total and logs
 //     the candidates and the choice.
 //
-// Every resolution counts resolve_total{source,result} with result ok,
+// ResolveService (services/proxy) finds the Service in the optional Services
+// cache (404 `services "x" not found`), then: its own ResourceBinding (kind
+// Service, same namespace and UID rules) decides by rule 4; without one, the
+// cluster every selected pod that resolves (rules 1-4) runs on, 409 naming
+// the clusters when they differ, 503 when none resolves or it selects nothing.
+//
+// Every pod resolution counts resolve_total{source,result} with result ok,
 // not_found, not_placed or cluster_not_ready.
 package resolver

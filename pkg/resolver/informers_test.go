@@ -122,3 +122,53 @@ func eventually(ctx context.Context, t *testing.T, what string, cond func() bool
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
+
+// TestResolveServiceThroughInformers runs ResolveService on the real
+// informers: the Services informer's transform, the pods' namespace index
+// and a binding of kind Service arriving by watch.
+func TestResolveServiceThroughInformers(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	md := metadatafake.NewSimpleMetadataClient(scheme, pod("web-1", map[string]string{"app": "web"}))
+	svcGVK := schema.GroupVersionKind{Version: "v1", Kind: "Service"}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{
+			karmada.ResourceBindingGVR: "ResourceBindingList",
+			karmada.ClusterGVR:         "ClusterList",
+			karmada.ServiceGVR:         "ServiceList",
+		},
+		toUnstructured(t, binding("web-1-pod", "web-1", []string{"member1"}), bindingGVK),
+		toUnstructured(t, member1, clusterGVK),
+		toUnstructured(t, member2, clusterGVK),
+		toUnstructured(t, service("web", map[string]string{"app": "web"}), svcGVK),
+	)
+	inf, err := karmada.NewInformers(karmada.InformersOptions{Metadata: md, Dynamic: dyn, Services: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{Informers: inf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.Start(ctx)
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("caches did not sync")
+	}
+	if got, err := r.ResolveService(ctx, ns, "web"); err != nil || got != "member1" {
+		t.Fatalf("ResolveService(web) by its pods = %q, %v; want member1", got, err)
+	}
+	rbs := dyn.Resource(karmada.ResourceBindingGVR).Namespace(ns)
+	if _, err := rbs.Create(ctx, toUnstructured(t, serviceBinding("web-service", "web", "member2"), bindingGVK), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "web placed on member2 by its binding", func() bool {
+		got, err := r.ResolveService(ctx, ns, "web")
+		return err == nil && got == "member2"
+	})
+}

@@ -160,12 +160,12 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 				"pod", klog.KRef(namespace, pod), "cluster", label)
 		default:
 			if ready, msg := c.Ready(); !ready {
-				return "", sourceLabel, resultClusterNotReady, notReady(namespace, pod, label, msg)
+				return "", sourceLabel, resultClusterNotReady, notReady("pod", namespace, pod, label, msg)
 			}
 			return label, sourceLabel, resultOK, nil
 		}
 	}
-	cluster, err = r.bindingCluster(ctx, namespace, pod, b)
+	cluster, err = r.bindingCluster(ctx, "pod", namespace, pod, b)
 	if err != nil {
 		return "", sourceBinding, resultClusterNotReady, err
 	}
@@ -233,8 +233,9 @@ func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta meta
 	return b
 }
 
-// bindingCluster picks among b's scheduled clusters; see the package doc.
-func (r *Resolver) bindingCluster(ctx context.Context, namespace, pod string, b *karmada.ResourceBinding) (string, error) {
+// bindingCluster picks among b's scheduled clusters for the object kind
+// ("pod" or "service") namespace/pod; see the package doc.
+func (r *Resolver) bindingCluster(ctx context.Context, kind, namespace, pod string, b *karmada.ResourceBinding) (string, error) {
 	var (
 		chosen   string
 		firstErr error
@@ -249,20 +250,20 @@ func (r *Resolver) bindingCluster(ctx context.Context, namespace, pod string, b 
 		switch {
 		case c == nil:
 			if firstErr == nil {
-				firstErr = unregistered(namespace, pod, name)
+				firstErr = unregistered(kind, namespace, pod, name)
 			}
 		default:
 			if ready, msg := c.Ready(); ready {
 				chosen = name
 			} else if firstErr == nil {
-				firstErr = notReady(namespace, pod, name, msg)
+				firstErr = notReady(kind, namespace, pod, name, msg)
 			}
 		}
 	}
 	if len(names) > 1 {
 		r.ambiguous.Inc()
-		klog.FromContext(ctx).Info("Pod is scheduled to several clusters; choosing the first ready one in scheduler order",
-			"pod", klog.KRef(namespace, pod), "binding", b.Name, "candidates", names, "chosen", chosen)
+		klog.FromContext(ctx).Info("Object is scheduled to several clusters; choosing the first ready one in scheduler order",
+			kind, klog.KRef(namespace, pod), "binding", b.Name, "candidates", names, "chosen", chosen)
 	}
 	if chosen == "" {
 		return "", firstErr
@@ -270,27 +271,27 @@ func (r *Resolver) bindingCluster(ctx context.Context, namespace, pod string, b 
 	return chosen, nil
 }
 
-func unavailable(pod, message string) *apierrors.StatusError {
+func unavailable(kind, name, message string) *apierrors.StatusError {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusServiceUnavailable,
 		Reason:  metav1.StatusReasonServiceUnavailable,
 		Message: message,
-		Details: &metav1.StatusDetails{Kind: "pods", Name: pod, RetryAfterSeconds: retryAfterSeconds},
+		Details: &metav1.StatusDetails{Kind: kind + "s", Name: name, RetryAfterSeconds: retryAfterSeconds},
 	}}
 }
 
 func notPlaced(namespace, pod string, b *karmada.ResourceBinding) error {
 	if b == nil {
-		return unavailable(pod, fmt.Sprintf("pod %q is not placed on any member cluster: it has no ResourceBinding (is a PropagationPolicy selecting it?)", namespace+"/"+pod))
+		return unavailable("pod", pod, fmt.Sprintf("pod %q is not placed on any member cluster: it has no ResourceBinding (is a PropagationPolicy selecting it?)", namespace+"/"+pod))
 	}
-	return unavailable(pod, fmt.Sprintf("pod %q is not placed on any member cluster yet: its ResourceBinding %q has no scheduled clusters", namespace+"/"+pod, b.Name))
+	return unavailable("pod", pod, fmt.Sprintf("pod %q is not placed on any member cluster yet: its ResourceBinding %q has no scheduled clusters", namespace+"/"+pod, b.Name))
 }
 
-func notReady(namespace, pod, cluster, condition string) error {
-	return unavailable(pod, fmt.Sprintf("member cluster %q of pod %q is not ready: %s", cluster, namespace+"/"+pod, condition))
+func notReady(kind, namespace, name, cluster, condition string) error {
+	return unavailable(kind, name, fmt.Sprintf("member cluster %q of %s %q is not ready: %s", cluster, kind, namespace+"/"+name, condition))
 }
 
-func unregistered(namespace, pod, cluster string) error {
-	return unavailable(pod, fmt.Sprintf("member cluster %q of pod %q is not a registered Karmada Cluster", cluster, namespace+"/"+pod))
+func unregistered(kind, namespace, name, cluster string) error {
+	return unavailable(kind, name, fmt.Sprintf("member cluster %q of %s %q is not a registered Karmada Cluster", cluster, kind, namespace+"/"+name))
 }

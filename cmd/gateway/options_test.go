@@ -1,0 +1,28 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestValidateServiceProxyNeedsPassthrough(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--insecure-serve-http", "--enable-service-proxy"}, ""},
+		{[]string{"--insecure-serve-http", "--enable-service-proxy", "--auth-mode=authorize"}, "--enable-service-proxy is only supported with --auth-mode=passthrough"},
+		{[]string{"--insecure-serve-http", "--auth-mode=authorize"}, ""},
+	} {
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		o := bindFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := o.validate()
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%v: validate() = %v, want %q", tc.args, err, tc.wantErr)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+)
+
+// FuzzServiceProxyRewrite checks that with a ServiceResolver a request is
+// rewritten to the cluster proxy only after the strict services/proxy parse
+// (or the pod one), keeping its rest and query byte for byte, and that no
+// request some reading takes for services/<x>/proxy passes through.
+func FuzzServiceProxyRewrite(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"/api/v1/namespaces/ci/services/https:svc:443/proxy/ws", "x=1"},
+		{"/api/v1/namespaces/ci/services/web/proxy", ""},
+		{"/api/v1/namespaces/ci/services/web:8080/proxy/a%2Fb/%2e%2e", "q=%zz;"},
+		{"/api/v1/namespaces/ci/services/w%65b/proxy/", ""},
+		{"/api/v1/namespaces/ci/services/web/proxy/../../pods/x/exec", ""},
+		{"/api/v1/namespaces/ci/services/x/../web/proxy/", ""},
+		{"/api/v1/namespaces/ci/services/web/status", ""},
+		{"/api/v1/namespaces/ci/pods/p/exec", "command=ls"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	var out []*http.Request
+	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &stubServiceResolver{cluster: testCluster}})
+	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		out = append(out, r)
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})
+	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+	clusterPrefix := karmada.ClusterProxyPath(testCluster, "")
+
+	f.Fuzz(func(t *testing.T, path, query string) {
+		target := path
+		if query != "" {
+			target += "?" + query
+		}
+		if strings.ContainsAny(target, " \r\n\t") {
+			return
+		}
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + target + " HTTP/1.1\r\nHost: gw\r\n\r\n")))
+		if err != nil {
+			return
+		}
+		out = nil
+		p.ServeHTTP(httptest.NewRecorder(), req)
+		if len(out) == 0 {
+			return
+		}
+		if len(out) > 1 {
+			t.Fatalf("%q: %d upstream requests", target, len(out))
+		}
+		got := out[0].URL
+		if got.RawQuery != req.URL.RawQuery {
+			t.Fatalf("%q: query %q", target, got.RawQuery)
+		}
+		if !strings.HasPrefix(got.Path, clusterPrefix) {
+			if targetsServiceProxy(req.URL) {
+				t.Fatalf("%q: a services/proxy reading passed through as %q", target, got.EscapedPath())
+			}
+			return
+		}
+		if _, _, _, ok := strictParseForTest(req.URL.EscapedPath()); ok {
+			return // the pod rewrite, FuzzRewrite's subject
+		}
+		sr, ok := parseServiceProxyRequest(req.URL)
+		if !ok {
+			t.Fatalf("%q: rewritten to %q without a strict parse", target, got.EscapedPath())
+		}
+		want := clusterPrefix + "/api/v1/namespaces/" + sr.Namespace + "/services/" + sr.Segment + "/proxy" + sr.Rest
+		if got.EscapedPath() != want {
+			t.Fatalf("%q: rewritten to %q, want %q", target, got.EscapedPath(), want)
+		}
+		for _, s := range strings.Split(got.Path, "/") {
+			if s == "." || s == ".." {
+				t.Fatalf("%q: dot segment in rewritten path %q", target, got.Path)
+			}
+		}
+	})
+}

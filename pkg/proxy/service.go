@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+var servicesResource = schema.GroupResource{Resource: "services"}
+
+// ServiceProxyRequest is a parsed services/proxy request.
+type ServiceProxyRequest struct {
+	Namespace string
+	// Segment is the {name} path segment as sent: name, name:port or
+	// scheme:name:port. Forwarded unchanged.
+	Segment string
+	// Name is the Service name inside Segment.
+	Name string
+	// Rest is the escaped remainder after .../proxy: "" or "/...",
+	// forwarded byte for byte.
+	Rest string
+	// RestPath is Rest decoded (the matching url.URL Path part).
+	RestPath string
+}
+
+// servicePrefixSegs is the number of "/"-separated parts in
+// /api/v1/namespaces/<ns>/services/<seg>/proxy, leading "" included.
+const servicePrefixSegs = 8
+
+// targetsServiceProxy reports whether some plausible reading of u's path
+// (see targetsPodSubresource) addresses services/<x>/proxy; such a request
+// must pass parseServiceProxyRequest or is refused, so the gateway and
+// karmada-apiserver never disagree about which Service it is for.
+func targetsServiceProxy(u *url.URL) bool {
+	readings := [][]string{
+		strings.Split(u.Path, "/"),
+		unescapeSegments(strings.Split(u.EscapedPath(), "/")),
+	}
+	for _, segs := range readings {
+		for _, resolveDots := range []bool{false, true} {
+			for _, dropEmpty := range []bool{false, true} {
+				s := normalizeSegments(segs, resolveDots, dropEmpty)
+				if len(s) >= 7 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" &&
+					s[4] == "services" && s[6] == "proxy" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// parseServiceProxyRequest is the strict parse of the services/proxy route.
+// The escaped prefix /api/v1/namespaces/<ns>/services/<seg>/proxy must carry
+// no percent-encoding, a DNS-1123 label namespace and a segment of the forms
+// kube-apiserver accepts (net.SplitSchemeNamePort) with a DNS-1035 Service
+// name, a valid port name or number and scheme http or https. The rest is
+// kept as sent, but none of its segments may be or decode to a dot segment:
+// a proxy that resolves them would address something else than the Service.
+func parseServiceProxyRequest(u *url.URL) (ServiceProxyRequest, bool) {
+	if u.Opaque != "" {
+		return ServiceProxyRequest{}, false
+	}
+	esc := u.EscapedPath()
+	segs := strings.SplitN(esc, "/", servicePrefixSegs+1)
+	if len(segs) < servicePrefixSegs || segs[0] != "" || segs[1] != "api" || segs[2] != "v1" ||
+		segs[3] != "namespaces" || segs[5] != "services" || segs[7] != "proxy" {
+		return ServiceProxyRequest{}, false
+	}
+	prefix := strings.Join(segs[:servicePrefixSegs], "/")
+	if strings.IndexByte(prefix, '%') >= 0 || !strings.HasPrefix(u.Path, prefix) {
+		return ServiceProxyRequest{}, false
+	}
+	sr := ServiceProxyRequest{Namespace: segs[4], Segment: segs[6], Rest: esc[len(prefix):], RestPath: u.Path[len(prefix):]}
+	if len(validation.IsDNS1123Label(sr.Namespace)) > 0 {
+		return ServiceProxyRequest{}, false
+	}
+	name, ok := parseServiceSegment(sr.Segment)
+	if !ok {
+		return ServiceProxyRequest{}, false
+	}
+	sr.Name = name
+	if sr.Rest != "" {
+		for _, s := range strings.Split(sr.Rest[1:], "/") {
+			d, err := url.PathUnescape(s)
+			if err != nil || containsDotSegment(d) {
+				return ServiceProxyRequest{}, false
+			}
+		}
+	}
+	return sr, true
+}
+
+func containsDotSegment(p string) bool {
+	for _, s := range strings.Split(p, "/") {
+		if s == "." || s == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// parseServiceSegment returns the Service name of name, name:port or
+// scheme:name:port (the port may be empty in the three-part form, as in
+// https:dashboard:/proxy/).
+func parseServiceSegment(seg string) (string, bool) {
+	parts := strings.Split(seg, ":")
+	var name, port string
+	switch len(parts) {
+	case 1:
+		name = parts[0]
+	case 2:
+		name, port = parts[0], parts[1]
+		if port == "" {
+			return "", false
+		}
+	case 3:
+		if parts[0] != "http" && parts[0] != "https" {
+			return "", false
+		}
+		name, port = parts[1], parts[2]
+	default:
+		return "", false
+	}
+	if len(validation.IsDNS1035Label(name)) > 0 {
+		return "", false
+	}
+	if port != "" && !validPort(port) {
+		return "", false
+	}
+	return name, true
+}
+
+func validPort(port string) bool {
+	if port[0] >= '0' && port[0] <= '9' {
+		n, err := strconv.Atoi(port)
+		return err == nil && strconv.Itoa(n) == port && len(validation.IsValidPortNum(n)) == 0
+	}
+	return len(validation.IsValidPortName(port)) == 0
+}
+
+func invalidServiceProxyPath(u *url.URL) error {
+	return apierrors.NewBadRequest(fmt.Sprintf(
+		"invalid service proxy path %q: want /api/v1/namespaces/<namespace>/services/<[scheme:]name[:port]>/proxy[/<path>] with a DNS-1123 label namespace, a DNS-1035 service name, a valid port, scheme http or https, no percent-encoding before the path and no dot segments",
+		u.EscapedPath()))
+}
+
+// serveServiceProxy rewrites services/proxy to the cluster proxy of the
+// member cluster the Service resolves to.
+func (p *Proxy) serveServiceProxy(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	state := stateFrom(ctx)
+	state.route = metrics.RouteServiceProxy
+	sr, ok := parseServiceProxyRequest(r.URL)
+	if !ok {
+		writeStatus(w, invalidServiceProxyPath(r.URL))
+		return
+	}
+	logger := klog.FromContext(ctx).WithValues("namespace", sr.Namespace, "service", sr.Name)
+	if p.authMode == AuthAuthorize {
+		// The Authorizer checks pod subresources only; sending this with the
+		// gateway's identity unauthorized would be an escalation.
+		writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusNotImplemented, Reason: "NotImplemented",
+			Details: &metav1.StatusDetails{Name: sr.Name, Kind: servicesResource.Resource},
+			Message: "services/proxy is not supported by the gateway in authorize mode; use passthrough mode",
+		}})
+		return
+	}
+	cluster, err := p.services.ResolveService(ctx, sr.Namespace, sr.Name)
+	if err != nil {
+		logger.V(2).Info("Service not resolved to a member cluster", "err", err)
+		writeStatus(w, err)
+		return
+	}
+	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
+		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
+		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for service %s/%s", cluster, sr.Namespace, sr.Name)))
+		return
+	}
+	base := karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/"+sr.Namespace+"/services/"+sr.Segment+"/proxy")
+	state.upstreamName = fmt.Sprintf("the cluster proxy for cluster %q", cluster)
+	state.path = base + sr.RestPath
+	state.rawPath = ""
+	if sr.Rest != sr.RestPath {
+		state.rawPath = base + sr.Rest
+	}
+	logger.V(4).Info("Rewriting service proxy to cluster proxy", "cluster", cluster)
+	p.forward(w, r)
+}

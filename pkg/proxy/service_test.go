@@ -1,0 +1,209 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+)
+
+type stubServiceResolver struct {
+	cluster string
+	err     error
+
+	mu    sync.Mutex
+	calls []string
+}
+
+func (s *stubServiceResolver) ResolveService(_ context.Context, namespace, name string) (string, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, namespace+"/"+name)
+	s.mu.Unlock()
+	return s.cluster, s.err
+}
+
+func (s *stubServiceResolver) called() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.calls...)
+}
+
+func TestServiceProxyRouting(t *testing.T) {
+	svc := func(seg, rest string) string {
+		return karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/services/"+seg+"/proxy") + rest
+	}
+	tests := []struct {
+		name, method, target string
+		wantCode             int
+		wantURI              string
+		wantService          string // what the resolver was asked for
+	}{
+		{"name only", "GET", "/api/v1/namespaces/ci/services/web/proxy", 200, svc("web", ""), "ci/web"},
+		{"trailing slash kept", "GET", "/api/v1/namespaces/ci/services/web/proxy/", 200, svc("web", "/"), "ci/web"},
+		{"name and port number", "GET", "/api/v1/namespaces/ci/services/web:8080/proxy/a/b?x=1", 200, svc("web:8080", "/a/b?x=1"), "ci/web"},
+		{"name and port name", "POST", "/api/v1/namespaces/ci/services/web:http-alt/proxy/x", 200, svc("web:http-alt", "/x"), "ci/web"},
+		{"scheme name port", "GET", "/api/v1/namespaces/ci/services/https:svc:443/proxy/ws?x=1", 200, svc("https:svc:443", "/ws?x=1"), "ci/svc"},
+		{"scheme name empty port", "GET", "/api/v1/namespaces/ci/services/https:dash:/proxy/", 200, svc("https:dash:", "/"), "ci/dash"},
+		{"escaped rest and odd query kept", "PUT", "/api/v1/namespaces/ci/services/web/proxy/a%2Fb/%E2%9C%93?q=%zz;x&&=v",
+			200, svc("web", "/a%2Fb/%E2%9C%93?q=%zz;x&&=v"), "ci/web"},
+		{"rest looking like a pod exec", "POST", "/api/v1/namespaces/ci/services/web/proxy/api/v1/namespaces/ci/pods/x/exec",
+			200, svc("web", "/api/v1/namespaces/ci/pods/x/exec"), "ci/web"},
+		{"DELETE", "DELETE", "/api/v1/namespaces/ci/services/web/proxy/item/1", 200, svc("web", "/item/1"), "ci/web"},
+		{"PATCH", "PATCH", "/api/v1/namespaces/ci/services/web/proxy/item/1", 200, svc("web", "/item/1"), "ci/web"},
+
+		{"encoded service name", "GET", "/api/v1/namespaces/ci/services/w%65b/proxy/", 400, "", ""},
+		{"encoded colon", "GET", "/api/v1/namespaces/ci/services/http%3Aweb%3A80/proxy/", 400, "", ""},
+		{"encoded namespace", "GET", "/api/v1/namespaces/c%69/services/web/proxy/", 400, "", ""},
+		{"encoded proxy", "GET", "/api/v1/namespaces/ci/services/web/pr%6fxy/", 400, "", ""},
+		{"bad scheme", "GET", "/api/v1/namespaces/ci/services/ftp:web:21/proxy/", 400, "", ""},
+		{"too many parts", "GET", "/api/v1/namespaces/ci/services/http:web:80:1/proxy/", 400, "", ""},
+		{"empty port in name:port", "GET", "/api/v1/namespaces/ci/services/web:/proxy/", 400, "", ""},
+		{"port out of range", "GET", "/api/v1/namespaces/ci/services/web:65536/proxy/", 400, "", ""},
+		{"port zero", "GET", "/api/v1/namespaces/ci/services/web:0/proxy/", 400, "", ""},
+		{"port leading zero", "GET", "/api/v1/namespaces/ci/services/web:080/proxy/", 400, "", ""},
+		{"bad port name", "GET", "/api/v1/namespaces/ci/services/web:-http/proxy/", 400, "", ""},
+		{"name with dot is not DNS-1035", "GET", "/api/v1/namespaces/ci/services/a.b/proxy/", 400, "", ""},
+		{"name starting with digit", "GET", "/api/v1/namespaces/ci/services/1web/proxy/", 400, "", ""},
+		{"upper case name", "GET", "/api/v1/namespaces/ci/services/Web/proxy/", 400, "", ""},
+		{"empty name", "GET", "/api/v1/namespaces/ci/services//proxy/", 400, "", ""},
+		{"dot dot name", "GET", "/api/v1/namespaces/ci/services/../proxy/", 400, "", ""},
+		{"dot segment before", "GET", "/api/v1/./namespaces/ci/services/web/proxy/", 400, "", ""},
+		{"double slash before", "GET", "//api/v1/namespaces/ci/services/web/proxy/", 400, "", ""},
+		{"dot dot in rest", "GET", "/api/v1/namespaces/ci/services/web/proxy/../../other/proxy/", 400, "", ""},
+		{"encoded dot dot in rest", "GET", "/api/v1/namespaces/ci/services/web/proxy/%2e%2e/x", 400, "", ""},
+		{"dot dot behind encoded slash", "GET", "/api/v1/namespaces/ci/services/web/proxy/a%2F..%2Fb", 400, "", ""},
+		{"dot in rest", "GET", "/api/v1/namespaces/ci/services/web/proxy/./x", 400, "", ""},
+
+		{"services list passes through", "GET", "/api/v1/namespaces/ci/services", 200, "/api/v1/namespaces/ci/services", ""},
+		{"service get passes through", "GET", "/api/v1/namespaces/ci/services/web", 200, "/api/v1/namespaces/ci/services/web", ""},
+		{"service status passes through", "GET", "/api/v1/namespaces/ci/services/web/status", 200, "/api/v1/namespaces/ci/services/web/status", ""},
+		{"pod proxy passes through", "GET", "/api/v1/namespaces/ci/pods/x/proxy/", 200, "/api/v1/namespaces/ci/pods/x/proxy/", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &recordingUpstream{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			sres := &stubServiceResolver{cluster: testCluster}
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: sres})
+
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, nil, ""))
+			reqs := up.requests()
+			if rec.Code != tt.wantCode {
+				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
+			}
+			calls := sres.called()
+			if tt.wantService == "" && len(calls) != 0 || tt.wantService != "" && (len(calls) != 1 || calls[0] != tt.wantService) {
+				t.Errorf("resolver calls %q, want %q", calls, tt.wantService)
+			}
+			if tt.wantCode != http.StatusOK {
+				if len(reqs) != 0 {
+					t.Fatalf("rejected request reached the upstream: %+v", reqs)
+				}
+				if st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); int(st.Code) != tt.wantCode {
+					t.Fatalf("Status code = %d, want %d", st.Code, tt.wantCode)
+				}
+				return
+			}
+			if len(reqs) != 1 {
+				t.Fatalf("upstream got %d requests, want 1", len(reqs))
+			}
+			if reqs[0].RequestURI != tt.wantURI {
+				t.Errorf("upstream request URI\n got %q\nwant %q", reqs[0].RequestURI, tt.wantURI)
+			}
+			if reqs[0].Method != tt.method {
+				t.Errorf("method = %q, want %q", reqs[0].Method, tt.method)
+			}
+		})
+	}
+}
+
+func TestServiceProxyResolverErrorIsTheStatus(t *testing.T) {
+	up := &recordingUpstream{}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{apierrors.NewNotFound(servicesResource, "web"), 404},
+		{apierrors.NewConflict(servicesResource, "web", nil), 409},
+		{apierrors.NewServiceUnavailable("cluster member1 is not ready"), 503},
+	} {
+		p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubServiceResolver{err: tc.err}})
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
+		st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+		if rec.Code != tc.code || int(st.Code) != tc.code {
+			t.Errorf("%v: code %d, Status %d, want %d", tc.err, rec.Code, st.Code, tc.code)
+		}
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("%d requests reached the upstream", n)
+	}
+}
+
+func TestServiceProxyInvalidClusterNameIsRefused(t *testing.T) {
+	up := &recordingUpstream{}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubServiceResolver{cluster: "a/b"}})
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
+	if rec.Code != http.StatusInternalServerError || len(up.requests()) != 0 {
+		t.Fatalf("code %d, %d upstream requests", rec.Code, len(up.requests()))
+	}
+}
+
+func TestServiceProxyAuthorizeModeNotImplemented(t *testing.T) {
+	up := &recordingUpstream{}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	sres := &stubServiceResolver{cluster: testCluster}
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: sres,
+		AuthMode: AuthAuthorize, Authorizer: &fakeAuthorizer{}})
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", http.Header{"Authorization": {"Bearer t"}}, ""))
+	st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+	if rec.Code != http.StatusNotImplemented || st.Code != http.StatusNotImplemented || !strings.Contains(st.Message, "authorize mode") {
+		t.Fatalf("code %d, Status %+v", rec.Code, st)
+	}
+	if len(up.requests()) != 0 || len(sres.called()) != 0 {
+		t.Fatal("request resolved or sent upstream in authorize mode")
+	}
+}
+
+func TestServiceProxyWebSocketUpgrade(t *testing.T) {
+	hellos := &helloRecorder{}
+	echo := newEchoUpgrader(t, "websocket")
+	echo.hellos = hellos
+	upstream := httptest.NewUnstartedServer(echo)
+	upstream.TLS = hellos.config()
+	upstream.EnableHTTP2 = true
+	upstream.StartTLS()
+	t.Cleanup(upstream.Close)
+	p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), ServiceResolver: &stubServiceResolver{cluster: testCluster}})
+	gw := httptest.NewUnstartedServer(p)
+	gw.StartTLS()
+	t.Cleanup(gw.Close)
+
+	c := dialGateway(t, gw)
+	resp := c.send(t, "GET", "/api/v1/namespaces/ci/services/http:web:8080/proxy/session/ws?x=1", websocketRequest)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	<-echo.opened
+	c.echo(t, "hello through the service proxy")
+	hs := echo.requestHeaders()
+	if len(hs) != 1 || hs[0].Get("Upgrade") != "websocket" || hs[0].Get("Sec-WebSocket-Key") == "" {
+		t.Fatalf("upstream headers %v", hs)
+	}
+}
