@@ -261,8 +261,14 @@ func TestArgsFollowValues(t *testing.T) {
 			name:     "plain HTTP, one replica, no labeler",
 			values:   valueSets["insecure-single-no-labeler"],
 			want:     []string{"--insecure-serve-http", "--enable-labeler=false"},
-			wantNot:  []string{"--tls-cert-file", "--tls-key-file", "--leader-elect", "--labeler-workers", "--client-ca-file", "--auth-cache-ttl"},
+			wantNot:  []string{"--tls-cert-file", "--tls-key-file", "--leader-elect", "--labeler-workers", "--client-ca-file", "--auth-cache-ttl", "--enable-service-proxy"},
 			replicas: 1,
+		},
+		{
+			name:     "service proxy",
+			values:   "serviceProxy: {enabled: true}\n",
+			want:     []string{"--enable-service-proxy"},
+			replicas: 2,
 		},
 		{
 			name: "ports, timings and passthrough flags",
@@ -392,6 +398,10 @@ func TestKarmadaRBAC(t *testing.T) {
 			rules: append(slices.Clone(authorizeRules), impersonateRules...), subjects: saSubjects, proxySubj: saProxySubjects, lease: true, member: true},
 		{name: "authorize with tokens only", values: "auth: {mode: authorize}\n", rules: authorizeRules, subjects: adminSubjects, proxySubj: adminSubjects, lease: true, member: true},
 		{name: "no labeler, no lease", values: valueSets["insecure-single-no-labeler"], rules: passthroughRules, subjects: adminSubjects},
+		{name: "service proxy reads services", values: "serviceProxy: {enabled: true}\n",
+			rules: append(slices.Clone(passthroughRules[:3]), append([]rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
+			}, passthroughRules[3:]...)...), subjects: adminSubjects, lease: true},
 		{name: "authorize without member RBAC", values: "auth: {mode: authorize}\nkarmadaResources: {memberRBAC: false}\n",
 			rules: authorizeRules, subjects: adminSubjects, proxySubj: adminSubjects, lease: true},
 	}
@@ -732,6 +742,7 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"cert-manager without issuer", "tls: {source: certManager}\n", "tls.certManager.issuerRef.name is required when tls.source=certManager"},
 		{"client CA in passthrough", "auth: {clientCA: {secretName: ca}}\n", "auth.clientCA.secretName is only used with auth.mode=authorize"},
 		{"client CA over plain HTTP", "auth: {mode: authorize, clientCA: {secretName: ca}}\ntls: {source: none}\n", "needs TLS serving"},
+		{"service proxy in authorize mode", "auth: {mode: authorize}\nserviceProxy: {enabled: true}\n", "serviceProxy.enabled needs auth.mode=passthrough"},
 		{"grace shorter than drain", "terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds (20) must exceed shutdownGracePeriodSeconds (30)"},
 		{"no identity for RBAC", "karmada: {identity: {user: \"\"}}\n", "karmada.identity needs a user, groups or a serviceAccount"},
 	}

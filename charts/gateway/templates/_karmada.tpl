@@ -27,6 +27,12 @@ rules:
   - apiGroups: [cluster.karmada.io]
     resources: [clusters]
     verbs: [get, list, watch]
+  {{- if .Values.serviceProxy.enabled }}
+  # services/proxy routing: a Service's selector
+  - apiGroups: [""]
+    resources: [services]
+    verbs: [get, list, watch]
+  {{- end }}
   # the startup check that warns when pod status is not kept faithfully
   - apiGroups: [config.karmada.io]
     resources: [resourceinterpretercustomizations]
