@@ -119,6 +119,7 @@ func run(ctx context.Context, o *options) error {
 	popts := proxy.Options{
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
 		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
+		MergeMemberEvents: o.mergeMemberEvents,
 	}
 	if o.enableServiceProxy {
 		popts.ServiceResolver = res

@@ -26,3 +26,22 @@ func TestValidateServiceProxyNeedsPassthrough(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeMemberEventsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--merge-member-events=false"}, false},
+	} {
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		o := bindFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if o.mergeMemberEvents != tc.want {
+			t.Errorf("%v: mergeMemberEvents = %v, want %v", tc.args, o.mergeMemberEvents, tc.want)
+		}
+	}
+}

@@ -19,6 +19,25 @@
 //     same strict parse applies to the prefix; <rest> may carry escapes but
 //     no segment that is or decodes to a dot segment. Authorize mode answers
 //     501: the Authorizer decides pod subresources only.
+//   - Member pod events (events.go), when Options.MergeMemberEvents is set
+//     (passthrough mode only): a GET /api/v1/namespaces/<ns>/events list
+//     whose fieldSelector pins involvedObject.name=<pod> with equality
+//     (besides only kind=Pod, namespace=<ns>, uid) for a pod the Resolver
+//     places is answered with karmada-apiserver's list plus the member's
+//     events for that pod, both read with the caller's own headers (the
+//     member's through the cluster proxy, so the member's RBAC applies).
+//     Member events get the template's involvedObject.uid (executors filter
+//     on it), the name "<cluster>.<name>", the annotation
+//     MemberClusterAnnotation, and karmada-apiserver's list resourceVersion
+//     as theirs; the list's resourceVersion and continue token are
+//     karmada-apiserver's, so a watch or next page started from them goes
+//     to karmada-apiserver only and never sees a member resourceVersion.
+//     Member events come only on the last page. A member that cannot be read
+//     yields karmada's events and a `Warning: 299 - "member events from
+//     <cluster> unavailable: ..."` header. Watches, label selectors,
+//     resourceVersion parameters, Table/PartialObjectMetadata or protobuf-only
+//     Accept, events.k8s.io, and authorize mode (no caller credential for the
+//     member) pass through unchanged.
 //   - Proxying is httputil.ReverseProxy with the Rewrite hook. Rewrite restores
 //     what ReverseProxy changes for safety in generic proxies but that would
 //     break byte-for-byte passthrough here: the raw query (cleanQueryParams

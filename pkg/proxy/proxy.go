@@ -50,6 +50,11 @@ type Options struct {
 	// cluster (passthrough mode only; authorize mode answers 501). Nil
 	// passes services/proxy through unchanged.
 	ServiceResolver ServiceResolver
+	// MergeMemberEvents makes core/v1 events lists scoped to one placed pod
+	// (fieldSelector involvedObject.name=<pod>) include the member cluster's
+	// events for it, rewritten to the template's UID (events.go; passthrough
+	// mode only). False passes them through unchanged.
+	MergeMemberEvents bool
 	// AuthMode defaults to AuthPassthrough.
 	AuthMode AuthMode
 	// Authorizer is required in authorize mode.
@@ -138,7 +143,11 @@ func New(opts Options) (*Proxy, error) {
 	if p.services != nil {
 		serviceProxy = p.serveServiceProxy
 	}
-	p.router = newRouter(p.serveRewrite, p.servePassthrough, serviceProxy)
+	var events http.HandlerFunc
+	if opts.MergeMemberEvents && opts.AuthMode == AuthPassthrough {
+		events = p.serveEvents
+	}
+	p.router = newRouter(p.serveRewrite, p.servePassthrough, serviceProxy, events)
 	return p, nil
 }
 

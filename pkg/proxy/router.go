@@ -24,14 +24,18 @@ func isPodSubresource(s string) bool {
 }
 
 // newRouter routes the four pod subresources to rewrite, services/proxy to
-// serviceProxy when it is not nil, and everything else to passthrough.
+// serviceProxy when it is not nil, pod-scoped events lists to events when it
+// is not nil, and everything else to passthrough.
 // guardPodRequests runs first, so a request reaching chi that addresses a pod
 // stream is already known to be canonical.
-func newRouter(rewrite, passthrough, serviceProxy http.HandlerFunc) http.Handler {
+func newRouter(rewrite, passthrough, serviceProxy, events http.HandlerFunc) http.Handler {
 	mux := chi.NewRouter()
 	mux.Use(guardPodRequests)
 	if serviceProxy != nil {
 		mux.Use(routeServiceProxy(serviceProxy))
+	}
+	if events != nil {
+		mux.Use(routeEvents(events))
 	}
 	for _, sub := range podSubresources {
 		pattern := "/api/v1/namespaces/{namespace}/pods/{name}/" + sub

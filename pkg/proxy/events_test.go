@@ -1,0 +1,270 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+)
+
+const (
+	templateUID = "template-uid"
+	memberUID   = "member-uid"
+	karmadaRV   = "4711"
+)
+
+// eventsUpstream is karmada-apiserver with the cluster proxy of testCluster
+// behind it: events lists, the pod template, and the member's events.
+type eventsUpstream struct {
+	memberCode int // 0 = 200
+
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (u *eventsUpstream) requests() []*http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]*http.Request(nil), u.reqs...)
+}
+
+func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.reqs = append(u.reqs, r.Clone(r.Context()))
+	u.mu.Unlock()
+	memberEvents := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+	switch r.URL.Path {
+	case "/api/v1/namespaces/ci/events":
+		if r.URL.Query().Get("watch") != "" || strings.Contains(r.Header.Get("Accept"), "protobuf") || strings.Contains(r.Header.Get("Accept"), "as=") {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write([]byte("raw"))
+			return
+		}
+		writeJSON(w, http.StatusOK, &corev1.EventList{
+			TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"},
+			ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV},
+			Items: []corev1.Event{{
+				ObjectMeta:     metav1.ObjectMeta{Name: "build.karmada", Namespace: "ci", ResourceVersion: "4700"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "build", Namespace: "ci", UID: templateUID},
+				Reason:         "ScheduleBindingSucceed",
+			}},
+		})
+	case "/api/v1/namespaces/ci/pods/build":
+		writeJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
+	case memberEvents:
+		if u.memberCode != 0 {
+			writeJSON(w, u.memberCode, forbiddenStatus())
+			return
+		}
+		writeJSON(w, http.StatusOK, &corev1.EventList{
+			ListMeta: metav1.ListMeta{ResourceVersion: "99"},
+			Items: []corev1.Event{{
+				ObjectMeta:     metav1.ObjectMeta{Name: "build.1", Namespace: "ci", ResourceVersion: "98"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "build", Namespace: "ci", UID: memberUID},
+				Reason:         "Failed", Message: "ErrImagePull",
+			}},
+		})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Audit-Id", "a1")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func eventsTarget(selector string, extra string) string {
+	return "/api/v1/namespaces/ci/events?fieldSelector=" + url.QueryEscape(selector) + extra
+}
+
+func TestEventsMerge(t *testing.T) {
+	tests := []struct {
+		name       string
+		target     string
+		accept     string
+		memberCode int
+		merge      bool
+		resolveErr error
+		// wantMember: the member event is in the merged list; wantRaw: the
+		// request was passed through unchanged.
+		wantMember, wantRaw bool
+		wantWarning         string
+	}{
+		{name: "scoped list merges", target: eventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
+		{name: "kubectl describe selector", target: eventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
+		{name: "other uid gets no member events", target: eventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true},
+		{name: "member failure warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403:`},
+		{name: "flag off passes through", target: eventsTarget("involvedObject.name=build", ""), merge: false},
+		{name: "unplaced pod passes through", target: eventsTarget("involvedObject.name=build", ""), merge: true, resolveErr: apierrors.NewNotFound(podsResource, "build")},
+		{name: "unscoped list untouched", target: "/api/v1/namespaces/ci/events", merge: true},
+		{name: "other kind untouched", target: eventsTarget("involvedObject.name=build,involvedObject.kind=Service", ""), merge: true},
+		{name: "inequality untouched", target: eventsTarget("involvedObject.name!=build", ""), merge: true},
+		{name: "label selector untouched", target: eventsTarget("involvedObject.name=build", "&labelSelector=a%3Db"), merge: true},
+		{name: "watch passes through", target: eventsTarget("involvedObject.name=build", "&watch=true"), merge: true, wantRaw: true},
+		{name: "table passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", merge: true, wantRaw: true},
+		{name: "protobuf only passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf", merge: true, wantRaw: true},
+		{name: "client-go protobuf-or-json gets merged JSON", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf,application/json", merge: true, wantMember: true},
+		{name: "partial object metadata passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io", merge: true, wantRaw: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &eventsUpstream{memberCode: tt.memberCode}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			res := &stubResolver{cluster: testCluster, err: tt.resolveErr}
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: tt.merge})
+			h := http.Header{"Authorization": {"Bearer caller-token"}}
+			if tt.accept != "" {
+				h.Set("Accept", tt.accept)
+			}
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, rawRequest(t, http.MethodGet, tt.target, h, ""))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code = %d, body %s", rec.Code, rec.Body)
+			}
+			if got := rec.Header().Get("Warning"); !strings.HasPrefix(got, tt.wantWarning) || (tt.wantWarning == "") != (got == "") {
+				t.Errorf("Warning = %q, want prefix %q", got, tt.wantWarning)
+			}
+			reqs := up.requests()
+			for _, r := range reqs {
+				if r.Header.Get("Authorization") != "Bearer caller-token" {
+					t.Errorf("%s sent without the caller's credentials", r.URL.Path)
+				}
+			}
+			if tt.wantRaw {
+				if rec.Body.String() != "raw" || len(reqs) != 1 || reqs[0].URL.RawQuery != strings.SplitN(tt.target, "?", 2)[1] {
+					t.Fatalf("not passed through unchanged: body %q, %d upstream requests", rec.Body, len(reqs))
+				}
+				return
+			}
+			var list corev1.EventList
+			if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
+				t.Fatalf("decoding %s: %v", rec.Body, err)
+			}
+			if list.ResourceVersion != karmadaRV {
+				t.Errorf("list resourceVersion = %q, want karmada's %q", list.ResourceVersion, karmadaRV)
+			}
+			if rec.Header().Get("Audit-Id") != "a1" {
+				t.Errorf("karmada-apiserver's headers not kept: %v", rec.Header())
+			}
+			var member *corev1.Event
+			for i := range list.Items {
+				if list.Items[i].Annotations[MemberClusterAnnotation] != "" {
+					member = &list.Items[i]
+				}
+			}
+			if len(list.Items) == 0 || list.Items[0].Name != "build.karmada" {
+				t.Fatalf("karmada's events missing: %+v", list.Items)
+			}
+			if !tt.wantMember {
+				if member != nil || len(list.Items) != 1 {
+					t.Fatalf("unexpected member events: %+v", list.Items)
+				}
+				return
+			}
+			if member == nil || len(list.Items) != 2 {
+				t.Fatalf("member event missing: %+v", list.Items)
+			}
+			if member.InvolvedObject.UID != templateUID {
+				t.Errorf("involvedObject.uid = %q, want the template's %q", member.InvolvedObject.UID, templateUID)
+			}
+			if member.Name != testCluster+".build.1" || member.ResourceVersion != karmadaRV || member.Annotations[MemberClusterAnnotation] != testCluster {
+				t.Errorf("member event metadata = %+v", member.ObjectMeta)
+			}
+			var sawMember bool
+			for _, r := range reqs {
+				if r.URL.Path == karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events") {
+					sawMember = true
+					if got := r.URL.Query().Get("fieldSelector"); got != "involvedObject.kind=Pod,involvedObject.name=build" {
+						t.Errorf("member fieldSelector = %q", got)
+					}
+				}
+			}
+			if !sawMember {
+				t.Error("member events were not read through the cluster proxy")
+			}
+		})
+	}
+}
+
+func TestEventsPaginatedMergesOnLastPageOnly(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/namespaces/ci/events" {
+			t.Errorf("unexpected upstream request %s", r.URL)
+		}
+		writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV, Continue: "next"}})
+	}))
+	defer srv.Close()
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", "&limit=1"), nil, ""))
+	var list corev1.EventList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || list.Continue != "next" || len(list.Items) != 0 {
+		t.Fatalf("code %d, list %+v, err %v", rec.Code, list, err)
+	}
+}
+
+func TestEventsKarmadaErrorRelayed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusForbidden, forbiddenStatus())
+	}))
+	defer srv.Close()
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, ""))
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("code = %d, want 403", rec.Code)
+	}
+	if st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); st.Code != http.StatusForbidden {
+		t.Fatalf("Status = %+v", st)
+	}
+}
+
+func forbiddenStatus() *metav1.Status {
+	st := apierrors.NewForbidden(podsResource, "build", nil).ErrStatus
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	return &st
+}
+
+// TestEventsNotMerged covers requests on the events path that must reach
+// karmada-apiserver exactly as sent: writes, and anything in authorize mode.
+func TestEventsNotMerged(t *testing.T) {
+	for _, tc := range []struct {
+		name, method string
+		mode         AuthMode
+	}{
+		{"create event", http.MethodPost, AuthPassthrough},
+		{"authorize mode list", http.MethodGet, AuthAuthorize},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &recordingUpstream{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			opts := Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true, AuthMode: tc.mode}
+			if tc.mode == AuthAuthorize {
+				opts.Authorizer = &fakeAuthorizer{}
+			}
+			p := newTestProxy(t, opts)
+			target := eventsTarget("involvedObject.name=build", "")
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, rawRequest(t, tc.method, target, http.Header{"Authorization": {"Bearer caller-token"}}, ""))
+			reqs := up.requests()
+			if rec.Code != http.StatusOK || rec.Body.String() != "ok" || len(reqs) != 1 || reqs[0].RequestURI != target || reqs[0].Method != tc.method {
+				t.Fatalf("not passed through: code %d body %q requests %+v", rec.Code, rec.Body, reqs)
+			}
+		})
+	}
+}
