@@ -27,17 +27,11 @@ func FuzzAuthorizeModeHeaders(f *testing.F) {
 		f.Add(seed[0], seed[1], seed[2])
 	}
 
-	var out []*http.Request
 	authz := &fakeAuthorizer{caller: Caller{Name: "alice"}}
 	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, AuthMode: AuthAuthorize, Authorizer: authz})
-	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-		out = append(out, r)
-		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
-	})
-	// The gateway transport would add the gateway's token; the stub shows
+	// The gateway transport would add the gateway's token; the recorder shows
 	// what the proxy itself lets through.
-	p.upstream.gateway, p.upstream.gatewayUpgrade = stub, stub
-	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+	out := recordUpstream(p)
 
 	f.Fuzz(func(t *testing.T, line1, line2, line3 string) {
 		var b strings.Builder
@@ -58,16 +52,16 @@ func FuzzAuthorizeModeHeaders(f *testing.F) {
 		if key := clientIdentity(req, false); strings.Contains(key, "secret-token") {
 			t.Fatalf("stream limiter key %q holds the token", key)
 		}
-		out = nil
+		out.requests = nil
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
-		if len(out) == 0 {
+		if len(out.requests) == 0 {
 			return // refused (bad Upgrade, limits): nothing left the gateway
 		}
-		if len(out) > 1 {
-			t.Fatalf("%d upstream requests", len(out))
+		if len(out.requests) > 1 {
+			t.Fatalf("%d upstream requests", len(out.requests))
 		}
-		for k, vs := range out[0].Header {
+		for k, vs := range out.requests[0].Header {
 			if identityHeaderOracle(k) {
 				t.Errorf("identity header %q: %q left the gateway", k, vs)
 			}
@@ -77,8 +71,8 @@ func FuzzAuthorizeModeHeaders(f *testing.F) {
 				}
 			}
 		}
-		if out[0].Trailer != nil {
-			for k := range out[0].Trailer {
+		if out.requests[0].Trailer != nil {
+			for k := range out.requests[0].Trailer {
 				if identityHeaderOracle(k) {
 					t.Errorf("identity trailer %q announced upstream", k)
 				}

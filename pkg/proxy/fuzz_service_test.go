@@ -29,19 +29,14 @@ func FuzzServiceProxyRewrite(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1])
 	}
-	var out []*http.Request
 	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &stubServiceResolver{cluster: testCluster}})
-	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-		out = append(out, r)
-		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
-	})
-	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+	out := recordUpstream(p)
 	clusterPrefix := karmada.ClusterProxyPath(testCluster, "")
 
 	f.Fuzz(func(t *testing.T, path, query string) {
-		target := path
-		if query != "" {
-			target += "?" + query
+		req, target, ok := fuzzRequest(path, query)
+		if !ok {
+			return // http.Server would refuse it before the proxy
 		}
 		if strings.ContainsAny(target, " \r\n\t") {
 			return
@@ -50,15 +45,15 @@ func FuzzServiceProxyRewrite(f *testing.F) {
 		if err != nil {
 			return
 		}
-		out = nil
+		out.requests = nil
 		p.ServeHTTP(httptest.NewRecorder(), req)
-		if len(out) == 0 {
+		if len(out.requests) == 0 {
 			return
 		}
-		if len(out) > 1 {
-			t.Fatalf("%q: %d upstream requests", target, len(out))
+		if len(out.requests) > 1 {
+			t.Fatalf("%q: %d upstream requests", target, len(out.requests))
 		}
-		got := out[0].URL
+		got := out.requests[0].URL
 		if got.RawQuery != req.URL.RawQuery {
 			t.Fatalf("%q: query %q", target, got.RawQuery)
 		}

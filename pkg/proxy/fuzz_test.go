@@ -48,18 +48,13 @@ func FuzzRewrite(f *testing.F) {
 		f.Add(seed[0], seed[1])
 	}
 
-	var out []*http.Request
 	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}})
-	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-		out = append(out, r)
-		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
-	})
-	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+	out := recordUpstream(p)
 
 	f.Fuzz(func(t *testing.T, path, query string) {
-		target := path
-		if query != "" {
-			target += "?" + query
+		req, target, ok := fuzzRequest(path, query)
+		if !ok {
+			return // http.Server would refuse it before the proxy
 		}
 		if strings.ContainsAny(target, " \r\n\t") {
 			return
@@ -68,7 +63,7 @@ func FuzzRewrite(f *testing.F) {
 		if err != nil {
 			return // http.Server would refuse it before the proxy
 		}
-		out = nil
+		out.requests = nil
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
 
@@ -79,28 +74,28 @@ func FuzzRewrite(f *testing.F) {
 		}
 		ns, name, sub, canonical := strictParseForTest(sentPath)
 
-		if len(out) > 1 {
-			t.Fatalf("%q: %d upstream requests", target, len(out))
+		if len(out.requests) > 1 {
+			t.Fatalf("%q: %d upstream requests", target, len(out.requests))
 		}
 		if canonical && req.URL.Opaque == "" {
-			if len(out) != 1 {
+			if len(out.requests) != 1 {
 				t.Fatalf("%q: canonical pod request not sent upstream: %d %s", target, rec.Code, rec.Body)
 			}
 			want := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
-			if got := out[0].URL.EscapedPath(); got != want || out[0].URL.Path != want {
-				t.Fatalf("%q: rewritten to %q (Path %q), want %q", target, got, out[0].URL.Path, want)
+			if got := out.requests[0].URL.EscapedPath(); got != want || out.requests[0].URL.Path != want {
+				t.Fatalf("%q: rewritten to %q (Path %q), want %q", target, got, out.requests[0].URL.Path, want)
 			}
-			if out[0].URL.RawQuery != req.URL.RawQuery {
-				t.Fatalf("%q: query %q, want %q", target, out[0].URL.RawQuery, req.URL.RawQuery)
+			if out.requests[0].URL.RawQuery != req.URL.RawQuery {
+				t.Fatalf("%q: query %q, want %q", target, out.requests[0].URL.RawQuery, req.URL.RawQuery)
 			}
 			return
 		}
-		if len(out) == 0 {
+		if len(out.requests) == 0 {
 			return
 		}
 		// Anything else that went upstream went unchanged, and is not a
 		// rewrite nor a request for one of the four subresources.
-		got := out[0].URL
+		got := out.requests[0].URL
 		if strings.HasPrefix(got.Path, "/apis/cluster.karmada.io/") && !strings.HasPrefix(req.URL.Path, "/apis/cluster.karmada.io/") {
 			t.Fatalf("%q: rewritten to %q without a strict parse", target, got.Path)
 		}
@@ -111,4 +106,22 @@ func FuzzRewrite(f *testing.F) {
 			t.Fatalf("%q: non-canonical pod stream request passed through", target)
 		}
 	})
+}
+
+// fuzzRequest is the GET request http.Server would hand the proxy for
+// path?query, with the target as sent, or false when the server would
+// refuse it first.
+func fuzzRequest(path, query string) (*http.Request, string, bool) {
+	target := path
+	if query != "" {
+		target += "?" + query
+	}
+	if strings.ContainsAny(target, " \r\n\t") {
+		return nil, "", false
+	}
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + target + " HTTP/1.1\r\nHost: gw\r\n\r\n")))
+	if err != nil {
+		return nil, "", false
+	}
+	return req, target, true
 }

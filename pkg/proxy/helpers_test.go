@@ -168,3 +168,21 @@ func (h *helloRecorder) offered(remoteAddr string) ([]string, bool) {
 
 // insecureTestTLS is only for polling a loopback test gateway.
 func insecureTestTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec
+
+// upstreamRecorder stands in for every upstream transport of a Proxy: it
+// answers 200 and keeps each request as the proxy would send it, before any
+// credentials a real transport adds.
+type upstreamRecorder struct{ requests []*http.Request }
+
+func (u *upstreamRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	u.requests = append(u.requests, r)
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// recordUpstream replaces all four of p's upstream transports with one recorder.
+func recordUpstream(p *Proxy) *upstreamRecorder {
+	u := &upstreamRecorder{}
+	p.upstream.caller, p.upstream.callerUpgrade = u, u
+	p.upstream.gateway, p.upstream.gatewayUpgrade = u, u
+	return u
+}

@@ -147,30 +147,25 @@ func TestRouting(t *testing.T) {
 // TestRewriteSetsPathAndRawPath checks the outbound URL fields, not only the
 // bytes on the wire.
 func TestRewriteSetsPathAndRawPath(t *testing.T) {
-	var got []*http.Request
 	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1/prefix/"}})
-	stub := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-		got = append(got, r)
-		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
-	})
-	p.upstream.caller, p.upstream.callerUpgrade = stub, stub
+	got := recordUpstream(p)
 
 	for _, tc := range []struct{ target, path, rawPath, query string }{
 		{"/api/v1/namespaces/ci/pods/p/exec?command=a%2Fb&x=;", "/prefix" + karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/exec"), "", "command=a%2Fb&x=;"},
 		{"/api/v1/namespaces/ci/configmaps/a%2Fb?q=1", "/prefix/api/v1/namespaces/ci/configmaps/a/b", "/prefix/api/v1/namespaces/ci/configmaps/a%2Fb", "q=1"},
 	} {
-		got = nil
+		got.requests = nil
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, rawRequest(t, "POST", tc.target, nil, ""))
-		if len(got) != 1 {
-			t.Fatalf("%s: %d upstream requests; code %d %s", tc.target, len(got), rec.Code, rec.Body)
+		if len(got.requests) != 1 {
+			t.Fatalf("%s: %d upstream requests; code %d %s", tc.target, len(got.requests), rec.Code, rec.Body)
 		}
-		u := got[0].URL
+		u := got.requests[0].URL
 		if u.Path != tc.path || u.RawPath != tc.rawPath || u.RawQuery != tc.query {
 			t.Errorf("%s: got Path %q RawPath %q RawQuery %q, want %q %q %q", tc.target, u.Path, u.RawPath, u.RawQuery, tc.path, tc.rawPath, tc.query)
 		}
-		if u.Host != "127.0.0.1:1" || got[0].Host != "" {
-			t.Errorf("%s: URL host %q, Host %q", tc.target, u.Host, got[0].Host)
+		if u.Host != "127.0.0.1:1" || got.requests[0].Host != "" {
+			t.Errorf("%s: URL host %q, Host %q", tc.target, u.Host, got.requests[0].Host)
 		}
 	}
 }
