@@ -71,9 +71,10 @@ kind-karmada-down:
 	hack/kind-karmada.sh down
 
 fuzz:
-	$(GO) test ./pkg/proxy -run '^$$' -fuzz FuzzRewrite -fuzztime 30s
+	$(GO) test ./pkg/proxy -run '^$$' -fuzz '^FuzzRewrite$$' -fuzztime 30s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzStripIdentityHeaders -fuzztime 15s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzAuthorizeModeHeaders -fuzztime 30s
+	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzServiceProxyRewrite -fuzztime 30s
 
 ## soak: mixed passthrough traffic and concurrent checksummed streams through
 ## the proxy on loopback; SOAK=2m is what CI runs.
