@@ -64,18 +64,7 @@ func TestResolveThroughInformers(t *testing.T) {
 		toUnstructured(t, member1, clusterGVK),
 		toUnstructured(t, member2, clusterGVK),
 	)
-	inf, err := karmada.NewInformers(karmada.InformersOptions{Metadata: md, Dynamic: dyn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := New(Options{Informers: inf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx)
-	if !inf.WaitForCacheSync(ctx) {
-		t.Fatal("caches did not sync")
-	}
+	r := startResolver(ctx, t, karmada.InformersOptions{Metadata: md, Dynamic: dyn})
 
 	for podName, want := range map[string]string{"job-42": "member1", "job-43": "member2"} {
 		if got, err := r.Resolve(ctx, ns, podName); err != nil || got != want {
@@ -148,18 +137,7 @@ func TestResolveServiceThroughInformers(t *testing.T) {
 		toUnstructured(t, member2, clusterGVK),
 		toUnstructured(t, service("web", map[string]string{"app": "web"}), svcGVK),
 	)
-	inf, err := karmada.NewInformers(karmada.InformersOptions{Metadata: md, Dynamic: dyn, Services: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := New(Options{Informers: inf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx)
-	if !inf.WaitForCacheSync(ctx) {
-		t.Fatal("caches did not sync")
-	}
+	r := startResolver(ctx, t, karmada.InformersOptions{Metadata: md, Dynamic: dyn, Services: true})
 	if got, err := r.ResolveService(ctx, ns, "web"); err != nil || got != "member1" {
 		t.Fatalf("ResolveService(web) by its pods = %q, %v; want member1", got, err)
 	}
@@ -171,4 +149,23 @@ func TestResolveServiceThroughInformers(t *testing.T) {
 		got, err := r.ResolveService(ctx, ns, "web")
 		return err == nil && got == "member2"
 	})
+}
+
+// startResolver runs the real informers of pkg/karmada on opts' clients and
+// returns a Resolver over them once their caches are synced.
+func startResolver(ctx context.Context, t *testing.T, opts karmada.InformersOptions) *Resolver {
+	t.Helper()
+	inf, err := karmada.NewInformers(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{Informers: inf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.Start(ctx)
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("caches did not sync")
+	}
+	return r
 }
