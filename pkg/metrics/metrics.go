@@ -18,6 +18,9 @@ const (
 	RoutePortForward = "portforward"
 	// RouteServiceProxy is services/{name}/proxy rewritten to a member.
 	RouteServiceProxy = "serviceproxy"
+	// RouteEvents is an events list or watch scoped to one pod, answered
+	// with the member cluster's events merged in.
+	RouteEvents = "events"
 )
 
 // Resolve sources label resolve results.

@@ -19,25 +19,34 @@
 //     same strict parse applies to the prefix; <rest> may carry escapes but
 //     no segment that is or decodes to a dot segment. Authorize mode answers
 //     501: the Authorizer decides pod subresources only.
-//   - Member pod events (events.go), when Options.MergeMemberEvents is set
-//     (passthrough mode only): a GET /api/v1/namespaces/<ns>/events list
-//     whose fieldSelector pins involvedObject.name=<pod> with equality
-//     (besides only kind=Pod, namespace=<ns>, uid) for a pod the Resolver
-//     places is answered with karmada-apiserver's list plus the member's
-//     events for that pod, both read with the caller's own headers (the
-//     member's through the cluster proxy, so the member's RBAC applies).
+//   - Member pod events (events.go, eventswatch.go), when
+//     Options.MergeMemberEvents is set (passthrough mode only): a GET
+//     /api/v1/namespaces/<ns>/events list or watch whose fieldSelector pins
+//     involvedObject.name=<pod> with equality is answered with
+//     karmada-apiserver's events plus the member's events for that pod, both
+//     read with the caller's own headers (the member's through the cluster
+//     proxy, so the member's RBAC applies). The selector may also pin
+//     kind=Pod, namespace=<ns>, apiVersion=v1 and uid (checked against the
+//     template), and filter on type, reason, source, reportingComponent and
+//     involvedObject.fieldPath with any operator (passed to the member as
+//     written: GitLab Runner lists `involvedObject.name=<pod>,type=Warning`).
 //     Member events get the template's involvedObject.uid (executors filter
 //     on it), the name "<cluster>.<name>", the annotation
-//     MemberClusterAnnotation, and karmada-apiserver's list resourceVersion
-//     as theirs; the list's resourceVersion and continue token are
-//     karmada-apiserver's, so a watch or next page started from them goes
-//     to karmada-apiserver only and never sees a member resourceVersion.
-//     Member events come only on the last page. A member that cannot be read
-//     yields karmada's events and a `Warning: 299 - "member events from
-//     <cluster> unavailable: ..."` header. Watches, label selectors,
-//     resourceVersion parameters, Table/PartialObjectMetadata or protobuf-only
-//     Accept, events.k8s.io, and authorize mode (no caller credential for the
-//     member) pass through unchanged.
+//     MemberClusterAnnotation, and a karmada-apiserver resourceVersion as
+//     theirs, so a client never hands karmada-apiserver a member's
+//     resourceVersion. Lists: member events come on the last page, with the
+//     list's resourceVersion; a member that cannot be read yields karmada's
+//     events and a `Warning: 299 - "member events from <cluster>
+//     unavailable: ..."` header. Watches (eventswatch.go has the
+//     resourceVersion rules): member events carry the latest karmada
+//     resourceVersion the stream passed; a pod not placed yet is waited for;
+//     member watches are re-established, re-listed after 410 and follow
+//     failover; a member that cannot be read is reported in the stream as a
+//     Warning event with reason MemberEventsUnavailable. Label selectors,
+//     exact resourceVersion matches, Table/PartialObjectMetadata or
+//     protobuf-only Accept, the legacy /watch/ paths, events.k8s.io, and
+//     authorize mode (no caller credential for the member) pass through
+//     unchanged.
 //   - Proxying is httputil.ReverseProxy with the Rewrite hook. Rewrite restores
 //     what ReverseProxy changes for safety in generic proxies but that would
 //     break byte-for-byte passthrough here: the raw query (cleanQueryParams

@@ -12,12 +12,15 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
 // MemberClusterAnnotation is set on every event merged in from a member
@@ -27,79 +30,120 @@ const MemberClusterAnnotation = "karmada-exec-gateway.io/member-cluster"
 // maxEventListBytes bounds each event list read for a merge.
 const maxEventListBytes = 32 << 20
 
-// eventsListRequest is a core/v1 events list scoped to one pod.
-type eventsListRequest struct {
+// eventsRequest is a core/v1 events list or watch scoped to one pod.
+type eventsRequest struct {
 	Namespace string
 	Pod       string
 	// UID is the involvedObject.uid the caller pinned, or "".
 	UID string
+	// MemberSelector selects the pod's events in the member: kind=Pod,
+	// name=<pod> and the caller's other requirements, but not the uid (the
+	// member pod's UID is not the template's; UID is checked against the
+	// template instead).
+	MemberSelector string
+	Watch          bool
+	// ResourceVersion is the caller's resourceVersion parameter.
+	ResourceVersion string
+	// SendInitialEvents marks a WatchList request (client-go 1.35+
+	// informers): initial state as ADDED events, then a bookmark carrying
+	// the k8s.io/initial-events-end annotation.
+	SendInitialEvents bool
 }
 
-// parseEventsListRequest accepts GET /api/v1/namespaces/<ns>/events lists
-// (not watches) whose fieldSelector pins involvedObject.name with equality,
-// allowing besides only involvedObject.kind=Pod, involvedObject.namespace=<ns>
-// and involvedObject.uid. Anything else (label selectors, other fields,
-// resourceVersion semantics other than the default) is not merged.
-func parseEventsListRequest(r *http.Request) (eventsListRequest, bool) {
+// memberForwardedEventFields are the event field selectors passed on to the
+// member as the caller wrote them: they mean the same on both sides.
+var memberForwardedEventFields = map[string]bool{
+	"type": true, "reason": true, "source": true, "reportingComponent": true,
+	"involvedObject.fieldPath": true,
+}
+
+// parseEventsRequest accepts GET /api/v1/namespaces/<ns>/events lists and
+// watches whose fieldSelector pins involvedObject.name with equality. Besides
+// it, the selector may pin involvedObject.kind=Pod, involvedObject.namespace
+// =<ns>, involvedObject.apiVersion=v1 and involvedObject.uid, and filter on
+// the fields in memberForwardedEventFields with any operator. Anything else
+// (label selectors, other fields, unknown parameters, exact resourceVersion
+// matches) is not merged: the gateway merges only what it can answer with
+// the same meaning karmada-apiserver gives it.
+func parseEventsRequest(r *http.Request) (eventsRequest, bool) {
 	u := r.URL
 	if r.Method != http.MethodGet || u.Opaque != "" || u.RawPath != "" {
-		return eventsListRequest{}, false
+		return eventsRequest{}, false
 	}
 	segs := strings.Split(u.Path, "/")
 	if len(segs) != 6 || segs[0] != "" || segs[1] != "api" || segs[2] != "v1" ||
 		segs[3] != "namespaces" || segs[5] != "events" || len(validation.IsDNS1123Label(segs[4])) > 0 {
-		return eventsListRequest{}, false
+		return eventsRequest{}, false
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return eventsListRequest{}, false
+		return eventsRequest{}, false
 	}
+	er := eventsRequest{Namespace: segs[4]}
 	for key, vals := range q {
-		switch key {
-		case "fieldSelector", "limit", "continue", "timeoutSeconds":
-		case "watch", "allowWatchBookmarks":
-			if len(vals) != 1 || vals[0] == "" || vals[0] == "0" || vals[0] == "false" {
-				continue // an explicit watch=false is a list
-			}
-			return eventsListRequest{}, false
-		default:
-			return eventsListRequest{}, false
-		}
 		if len(vals) != 1 {
-			return eventsListRequest{}, false
+			return eventsRequest{}, false
 		}
+		switch v := vals[0]; key {
+		case "fieldSelector", "limit", "continue", "timeoutSeconds", "allowWatchBookmarks":
+		case "resourceVersion":
+			er.ResourceVersion = v
+		case "resourceVersionMatch":
+			if v != "" && v != string(metav1.ResourceVersionMatchNotOlderThan) {
+				return eventsRequest{}, false
+			}
+		case "watch":
+			er.Watch = queryTrue(v)
+		case "sendInitialEvents":
+			er.SendInitialEvents = queryTrue(v)
+		default:
+			return eventsRequest{}, false
+		}
+	}
+	if er.SendInitialEvents && !er.Watch {
+		return eventsRequest{}, false // karmada-apiserver refuses it; let it say so
 	}
 	sel, err := fields.ParseSelector(q.Get("fieldSelector"))
 	if err != nil {
-		return eventsListRequest{}, false
+		return eventsRequest{}, false
 	}
-	er := eventsListRequest{Namespace: segs[4]}
+	var forwarded []fields.Selector
 	for _, req := range sel.Requirements() {
-		if req.Operator != "=" && req.Operator != "==" {
-			return eventsListRequest{}, false
-		}
-		switch req.Field {
-		case "involvedObject.name":
+		equal := req.Operator == selection.Equals || req.Operator == selection.DoubleEquals
+		switch {
+		case memberForwardedEventFields[req.Field]:
+			if req.Operator == selection.NotEquals {
+				forwarded = append(forwarded, fields.OneTermNotEqualSelector(req.Field, req.Value))
+			} else {
+				forwarded = append(forwarded, fields.OneTermEqualSelector(req.Field, req.Value))
+			}
+		case !equal:
+			return eventsRequest{}, false
+		case req.Field == "involvedObject.name":
 			er.Pod = req.Value
-		case "involvedObject.kind":
-			if req.Value != "Pod" {
-				return eventsListRequest{}, false
-			}
-		case "involvedObject.namespace":
-			if req.Value != er.Namespace {
-				return eventsListRequest{}, false
-			}
-		case "involvedObject.uid":
+		case req.Field == "involvedObject.uid":
 			er.UID = req.Value
+		case req.Field == "involvedObject.kind" && req.Value == "Pod",
+			req.Field == "involvedObject.namespace" && req.Value == er.Namespace,
+			req.Field == "involvedObject.apiVersion" && req.Value == "v1":
 		default:
-			return eventsListRequest{}, false
+			return eventsRequest{}, false
 		}
 	}
 	if er.Pod == "" || len(validation.IsDNS1123Subdomain(er.Pod)) > 0 {
-		return eventsListRequest{}, false
+		return eventsRequest{}, false
 	}
+	er.MemberSelector = fields.AndSelectors(append([]fields.Selector{
+		fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+		fields.OneTermEqualSelector("involvedObject.name", er.Pod),
+	}, forwarded...)...).String()
 	return er, acceptsPlainJSON(r.Header.Values("Accept"))
 }
+
+// queryTrue converts a boolean query value as kube-apiserver does
+// (runtime.Convert_Slice_string_To_bool): anything but "0" and "false" in
+// any case is true, the empty value included.
+func queryTrue(v string) bool { return v != "0" && !strings.EqualFold(v, "false") }
 
 // acceptsPlainJSON reports whether the client takes a plain JSON EventList.
 // Any media range asking for a conversion (as=Table, PartialObjectMetadata)
@@ -133,12 +177,12 @@ func acceptsPlainJSON(accept []string) bool {
 	return json || ranges == 0
 }
 
-// routeEvents sends pod-scoped core/v1 events lists to merge and everything
-// else on.
+// routeEvents sends pod-scoped core/v1 events lists and watches to merge
+// and everything else on.
 func routeEvents(merge http.HandlerFunc) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, ok := parseEventsListRequest(r); ok {
+			if _, ok := parseEventsRequest(r); ok {
 				merge(w, r)
 				return
 			}
@@ -148,19 +192,29 @@ func routeEvents(merge http.HandlerFunc) func(http.Handler) http.Handler {
 }
 
 // serveEvents merges the member cluster's events for a federated pod into
-// karmada-apiserver's events list. Every step that cannot merge falls back
-// to plain passthrough (pod not placed, authorize mode, or a non-200 from
-// karmada-apiserver, relayed as is); a member that cannot be read is
-// reported in a Warning header while karmada's events are still returned.
+// karmada-apiserver's events list or watch.
 func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	er, ok := parseEventsListRequest(r)
+	er, ok := parseEventsRequest(r)
 	// Authorize mode has no caller credential to send to the member and the
 	// Authorizer decides pod subresources only, so it does not merge.
 	if !ok || p.authMode == AuthAuthorize {
 		p.servePassthrough(w, r)
 		return
 	}
+	stateFrom(r.Context()).route = metrics.RouteEvents
+	if er.Watch {
+		p.serveEventsWatch(w, r, er)
+		return
+	}
+	p.serveEventsList(w, r, er)
+}
+
+// serveEventsList answers a list. Every step that cannot merge falls back to
+// karmada-apiserver's answer (pod not placed, or a non-200 from
+// karmada-apiserver, relayed as is); a member that cannot be read is
+// reported in a Warning header while karmada's events are still returned.
+func (p *Proxy) serveEventsList(w http.ResponseWriter, r *http.Request, er eventsRequest) {
+	ctx := r.Context()
 	logger := klog.FromContext(ctx).WithValues("namespace", er.Namespace, "pod", er.Pod)
 	cluster, err := p.resolver.Resolve(ctx, er.Namespace, er.Pod)
 	if err != nil || len(validation.IsDNS1123Label(cluster)) > 0 {
@@ -176,16 +230,13 @@ func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
+	if err != nil {
+		p.handleError(w, r, err)
+		return
+	}
 	var list corev1.EventList
-	if err != nil || res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
-		if err != nil {
-			p.handleError(w, r, err)
-			return
-		}
-		copyHeader(w.Header(), res.Header)
-		w.Header().Del("Content-Length")
-		w.WriteHeader(res.StatusCode)
-		_, _ = w.Write(body)
+	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
+		relayResponse(w, res, body)
 		return
 	}
 
@@ -193,10 +244,10 @@ func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
 	// contains them exactly once.
 	var warning string
 	if list.Continue == "" {
-		members, err := p.memberEvents(ctx, r, er, cluster, list.ResourceVersion)
+		members, err := p.listMemberEvents(ctx, r, er, cluster, list.ResourceVersion)
 		if err != nil {
 			logger.V(2).Info("Member events unavailable", "cluster", cluster, "err", err)
-			warning = fmt.Sprintf("member events from %s unavailable: %v", cluster, err)
+			warning = memberUnavailableMessage(cluster, err)
 		}
 		list.Items = append(list.Items, members...)
 	}
@@ -215,39 +266,79 @@ func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// memberEvents lists the member's events for the pod through the cluster
-// proxy with the caller's credentials and rewrites them to read as events of
-// the template: involvedObject.uid is the template's, the name is prefixed
-// with the cluster (event names of two clusters may collide), and
-// resourceVersion is karmada-apiserver's list resourceVersion, so no client
-// ever hands karmada-apiserver a member's resourceVersion.
-func (p *Proxy) memberEvents(ctx context.Context, r *http.Request, er eventsListRequest, cluster, karmadaRV string) ([]corev1.Event, error) {
+func memberUnavailableMessage(cluster string, err error) string {
+	return fmt.Sprintf("member events from %s unavailable: %v", cluster, err)
+}
+
+// relayResponse writes an upstream answer the gateway does not merge into
+// as it came.
+func relayResponse(w http.ResponseWriter, res *http.Response, body []byte) {
+	copyHeader(w.Header(), res.Header)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(res.StatusCode)
+	_, _ = w.Write(body)
+}
+
+// listMemberEvents lists the member's events for the pod through the
+// cluster proxy with the caller's credentials, rewritten by
+// rewriteMemberEvent with karmada-apiserver's list resourceVersion, and
+// remembers where the member stood, so a watch from that resourceVersion
+// continues the member's events exactly (eventCursors).
+func (p *Proxy) listMemberEvents(ctx context.Context, r *http.Request, er eventsRequest, cluster, karmadaRV string) ([]corev1.Event, error) {
+	pod, err := p.readTemplate(ctx, r, er)
+	if err != nil || pod == nil {
+		return nil, err
+	}
+	var list corev1.EventList
+	if err := p.callerGetJSON(ctx, r, memberEventsPath(cluster, er, nil), &list); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		rewriteMemberEvent(&list.Items[i], cluster, pod)
+		list.Items[i].ResourceVersion = karmadaRV
+	}
+	p.eventCursors.remember(er, karmadaRV, memberCursor{cluster: cluster, resourceVersion: list.ResourceVersion})
+	return list.Items, nil
+}
+
+// readTemplate reads the pod template the request is about. A nil pod and
+// no error mean the caller pinned another incarnation's UID: the member's
+// events are not about it.
+func (p *Proxy) readTemplate(ctx context.Context, r *http.Request, er eventsRequest) (*corev1.Pod, error) {
 	var pod corev1.Pod
 	if err := p.callerGetJSON(ctx, r, "/api/v1/namespaces/"+er.Namespace+"/pods/"+er.Pod, &pod); err != nil {
 		return nil, fmt.Errorf("reading the pod template: %w", err)
 	}
 	if er.UID != "" && types.UID(er.UID) != pod.UID {
-		return nil, nil // the caller asked for another incarnation of the pod
+		return nil, nil
 	}
-	sel := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": er.Pod}.AsSelector().String()
-	path := karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/"+er.Namespace+"/events") + "?" +
-		url.Values{"fieldSelector": {sel}}.Encode()
-	var list corev1.EventList
-	if err := p.callerGetJSON(ctx, r, path, &list); err != nil {
-		return nil, err
+	return &pod, nil
+}
+
+// memberEventsPath is the cluster proxy path of the pod's events in cluster,
+// with extra query parameters.
+func memberEventsPath(cluster string, er eventsRequest, extra url.Values) string {
+	q := url.Values{"fieldSelector": {er.MemberSelector}}
+	for k, v := range extra {
+		q[k] = v
 	}
-	for i := range list.Items {
-		ev := &list.Items[i]
-		ev.Name = cluster + "." + ev.Name
-		ev.ResourceVersion = karmadaRV
-		ev.InvolvedObject.UID = pod.UID
-		ev.InvolvedObject.ResourceVersion = pod.ResourceVersion
-		if ev.Annotations == nil {
-			ev.Annotations = map[string]string{}
-		}
-		ev.Annotations[MemberClusterAnnotation] = cluster
+	return karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/"+er.Namespace+"/events") + "?" + q.Encode()
+}
+
+// rewriteMemberEvent makes a member's event read as an event of the
+// template: involvedObject.uid is the template's (executors filter on it),
+// the name is prefixed with the cluster (event names of two clusters may
+// collide) and the annotation MemberClusterAnnotation names the cluster. The
+// caller sets the resourceVersion to one of karmada-apiserver's, so no
+// client ever hands karmada-apiserver a member's resourceVersion.
+func rewriteMemberEvent(ev *corev1.Event, cluster string, pod *corev1.Pod) {
+	ev.Name = cluster + "." + ev.Name
+	ev.InvolvedObject.UID = pod.UID
+	ev.InvolvedObject.ResourceVersion = pod.ResourceVersion
+	if ev.Annotations == nil {
+		ev.Annotations = map[string]string{}
 	}
-	return list.Items, nil
+	ev.Annotations[MemberClusterAnnotation] = cluster
 }
 
 func (p *Proxy) callerGetJSON(ctx context.Context, r *http.Request, pathAndQuery string, into any) error {

@@ -44,8 +44,8 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Unlock()
 	memberEvents := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
 	switch r.URL.Path {
-	case "/api/v1/namespaces/ci/events":
-		if r.URL.Query().Get("watch") != "" || strings.Contains(r.Header.Get("Accept"), "protobuf") || strings.Contains(r.Header.Get("Accept"), "as=") {
+	case "/api/v1/namespaces/ci/events", "/api/v1/watch/namespaces/ci/events":
+		if r.URL.Path != "/api/v1/namespaces/ci/events" || strings.Contains(r.Header.Get("Accept"), "protobuf") || strings.Contains(r.Header.Get("Accept"), "as=") {
 			w.Header().Set("Content-Type", "text/plain")
 			_, _ = w.Write([]byte("raw"))
 			return
@@ -102,6 +102,9 @@ func TestEventsMerge(t *testing.T) {
 		// request was passed through unchanged.
 		wantMember, wantRaw bool
 		wantWarning         string
+		// wantMemberSelector is the fieldSelector sent to the member; "" is
+		// the plain pod selector.
+		wantMemberSelector string
 	}{
 		{name: "scoped list merges", target: eventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
 		{name: "kubectl describe selector", target: eventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
@@ -113,7 +116,15 @@ func TestEventsMerge(t *testing.T) {
 		{name: "other kind untouched", target: eventsTarget("involvedObject.name=build,involvedObject.kind=Service", ""), merge: true},
 		{name: "inequality untouched", target: eventsTarget("involvedObject.name!=build", ""), merge: true},
 		{name: "label selector untouched", target: eventsTarget("involvedObject.name=build", "&labelSelector=a%3Db"), merge: true},
-		{name: "watch passes through", target: eventsTarget("involvedObject.name=build", "&watch=true"), merge: true, wantRaw: true},
+		{name: "legacy watch path passes through", target: "/api/v1/watch/namespaces/ci/events?fieldSelector=involvedObject.name%3Dbuild", merge: true, wantRaw: true},
+		{name: "gitlab warning events list", target: eventsTarget("involvedObject.name=build,type=Warning", "&limit=200"), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,type=Warning"},
+		{name: "other fields are forwarded with their operator", target: eventsTarget("involvedObject.name=build,reason!=Pulled,involvedObject.apiVersion=v1", ""), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,reason!=Pulled"},
+		{name: "informer list from any version", target: eventsTarget("involvedObject.name=build", "&resourceVersion=0"), merge: true, wantMember: true},
+		{name: "not older than", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=NotOlderThan"), merge: true, wantMember: true},
+		{name: "exact version untouched", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=Exact"), merge: true},
+		{name: "event name field untouched", target: eventsTarget("involvedObject.name=build,metadata.name=x", ""), merge: true},
+		{name: "involvedObject.resourceVersion untouched", target: eventsTarget("involvedObject.name=build,involvedObject.resourceVersion=1", ""), merge: true},
+		{name: "repeated parameter untouched", target: eventsTarget("involvedObject.name=build", "&limit=1&limit=2"), merge: true},
 		{name: "table passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", merge: true, wantRaw: true},
 		{name: "protobuf only passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf", merge: true, wantRaw: true},
 		{name: "client-go protobuf-or-json gets merged JSON", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf,application/json", merge: true, wantMember: true},
@@ -188,8 +199,12 @@ func TestEventsMerge(t *testing.T) {
 			for _, r := range reqs {
 				if r.URL.Path == karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events") {
 					sawMember = true
-					if got := r.URL.Query().Get("fieldSelector"); got != "involvedObject.kind=Pod,involvedObject.name=build" {
-						t.Errorf("member fieldSelector = %q", got)
+					want := tt.wantMemberSelector
+					if want == "" {
+						want = "involvedObject.kind=Pod,involvedObject.name=build"
+					}
+					if got := r.URL.Query().Get("fieldSelector"); got != want {
+						t.Errorf("member fieldSelector = %q, want %q", got, want)
 					}
 				}
 			}

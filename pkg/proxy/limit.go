@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -121,4 +122,19 @@ func webSocketBearerToken(h http.Header) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// acquireStream takes a stream slot for r, or answers 429 and reports false.
+func (p *Proxy) acquireStream(w http.ResponseWriter, r *http.Request, state *requestState) (release func(), ok bool) {
+	release, limitedBy := p.limiter.acquire(clientIdentity(r, state.certVerified))
+	if release != nil {
+		return release, true
+	}
+	p.metrics.StreamLimitRejectionsTotal.WithLabelValues(limitedBy).Inc()
+	klog.FromContext(r.Context()).V(2).Info("Stream limit reached", "scope", limitedBy, "route", state.route)
+	if state.upgrade {
+		w.Header().Set("Connection", "close") // as after any refused upgrade
+	}
+	writeStatus(w, p.limiter.tooMany(limitedBy))
+	return nil, false
 }

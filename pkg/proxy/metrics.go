@@ -124,13 +124,12 @@ func (c *upgradedConn) CloseWrite() error {
 }
 
 // isStreamingRequest reports whether r asks for a response that stays open:
-// a watch, or a followed log. Like kube-apiserver's bool query conversion,
-// any value but "false" and "0" is true.
+// a watch, or a followed log, by kube-apiserver's bool query conversion.
 func isStreamingRequest(route string, u *url.URL) bool {
 	q, _ := url.ParseQuery(u.RawQuery)
 	truthy := func(key string) bool {
 		v, ok := q[key]
-		return ok && len(v) > 0 && v[0] != "false" && v[0] != "0"
+		return ok && len(v) > 0 && queryTrue(v[0])
 	}
 	if route == metrics.RouteServiceProxy {
 		// The query belongs to the proxied application, not to the API.

@@ -50,10 +50,11 @@ type Options struct {
 	// cluster (passthrough mode only; authorize mode answers 501). Nil
 	// passes services/proxy through unchanged.
 	ServiceResolver ServiceResolver
-	// MergeMemberEvents makes core/v1 events lists scoped to one placed pod
-	// (fieldSelector involvedObject.name=<pod>) include the member cluster's
-	// events for it, rewritten to the template's UID (events.go; passthrough
-	// mode only). False passes them through unchanged.
+	// MergeMemberEvents makes core/v1 events lists and watches scoped to one
+	// pod (fieldSelector involvedObject.name=<pod>) include the member
+	// cluster's events for it, rewritten to the template's UID (events.go,
+	// eventswatch.go; passthrough mode only). False passes them through
+	// unchanged.
 	MergeMemberEvents bool
 	// AuthMode defaults to AuthPassthrough.
 	AuthMode AuthMode
@@ -82,6 +83,9 @@ type Proxy struct {
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
+	// eventCursors lets merged event watches resume exactly (eventswatch.go).
+	eventCursors     *eventCursors
+	eventWatchTiming eventWatchTiming
 
 	// drainCtx parents every request's context; cancelling it cuts them all.
 	drainCtx    context.Context
@@ -121,14 +125,16 @@ func New(opts Options) (*Proxy, error) {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
 	}
 	p := &Proxy{
-		upstream:   up,
-		resolver:   opts.Resolver,
-		services:   opts.ServiceResolver,
-		authMode:   opts.AuthMode,
-		authorizer: opts.Authorizer,
-		metrics:    opts.Metrics,
-		limiter:    newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
-		idle:       make(chan struct{}),
+		upstream:         up,
+		resolver:         opts.Resolver,
+		services:         opts.ServiceResolver,
+		authMode:         opts.AuthMode,
+		authorizer:       opts.Authorizer,
+		metrics:          opts.Metrics,
+		limiter:          newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
+		eventCursors:     newEventCursors(),
+		eventWatchTiming: defaultEventWatchTiming,
+		idle:             make(chan struct{}),
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
@@ -287,14 +293,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	if state.upgrade || state.streaming {
 		// ReverseProxy returns only when the stream ended, upgraded ones
 		// included, so the slot is held exactly as long as the stream.
-		release, limitedBy := p.limiter.acquire(clientIdentity(r, state.certVerified))
-		if release == nil {
-			p.metrics.StreamLimitRejectionsTotal.WithLabelValues(limitedBy).Inc()
-			klog.FromContext(r.Context()).V(2).Info("Stream limit reached", "scope", limitedBy, "route", state.route)
-			if state.upgrade {
-				w.Header().Set("Connection", "close") // as after any refused upgrade
-			}
-			writeStatus(w, p.limiter.tooMany(limitedBy))
+		release, ok := p.acquireStream(w, r, state)
+		if !ok {
 			return
 		}
 		defer release()

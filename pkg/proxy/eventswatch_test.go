@@ -1,0 +1,574 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// Lines a test feeds into a fake watch that are not events.
+const (
+	cutStream = "CUT" // abort the response mid-stream
+	endWatch  = "END" // end this watch cleanly
+	goneWatch = "GONE"
+)
+
+// fakeWatchAPI is karmada-apiserver with the cluster proxies of member1
+// and member2 behind it, serving the pod template "build" and events lists
+// and watches whose streams the test feeds line by line.
+type fakeWatchAPI struct {
+	karmadaWatch chan string
+
+	mu           sync.Mutex
+	reqs         []*http.Request
+	karmadaItems []corev1.Event
+	karmadaCode  map[string]int // "list" or "watch" -> refusal code
+	members      map[string]*fakeMember
+}
+
+type fakeMember struct {
+	items  []corev1.Event
+	listRV string
+	code   int // refuse lists and watches with it; 0 serves them
+	watch  chan string
+}
+
+func newFakeWatchAPI() *fakeWatchAPI {
+	return &fakeWatchAPI{
+		karmadaWatch: make(chan string, 16),
+		karmadaItems: []corev1.Event{testEvent("build.karmada", "4700", templateUID, "Scheduled")},
+		karmadaCode:  map[string]int{},
+		members: map[string]*fakeMember{
+			"member1": {items: []corev1.Event{testEvent("build.1", "98", memberUID, "Pulling")}, listRV: "99", watch: make(chan string, 16)},
+			"member2": {items: []corev1.Event{testEvent("build.9", "7", "member2-uid", "Started")}, listRV: "8", watch: make(chan string, 16)},
+		},
+	}
+}
+
+func testEvent(name, rv, uid, reason string) corev1.Event {
+	return corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: name, Namespace: "ci", ResourceVersion: rv, UID: types.UID("uid-" + name)},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "build", Namespace: "ci", UID: types.UID(uid)},
+		Reason:         reason, Type: corev1.EventTypeNormal,
+	}
+}
+
+// line is one JSON watch event as an apiserver writes it.
+func line(typ string, obj runtime.Object) string {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		panic(err)
+	}
+	b, _ := json.Marshal(metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw}})
+	return string(b)
+}
+
+func eventLine(typ string, ev corev1.Event) string {
+	ev.TypeMeta = metav1.TypeMeta{Kind: "Event", APIVersion: "v1"}
+	return line(typ, &ev)
+}
+
+func (a *fakeWatchAPI) member(name string) *fakeMember {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.members[name]
+}
+
+func (a *fakeWatchAPI) set(f func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f()
+}
+
+// requests returns the upstream requests to path so far.
+func (a *fakeWatchAPI) requests(path string) []*http.Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*http.Request
+	for _, r := range a.reqs {
+		if r.URL.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	a.reqs = append(a.reqs, r.Clone(context.Background()))
+	a.mu.Unlock()
+	isWatch := r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1"
+	if r.URL.Path == "/api/v1/namespaces/ci/pods/build" {
+		writeJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
+		return
+	}
+	if r.URL.Path == "/api/v1/namespaces/ci/events" {
+		a.mu.Lock()
+		code, items := a.karmadaCode[map[bool]string{false: "list", true: "watch"}[isWatch]], a.karmadaItems
+		a.mu.Unlock()
+		switch {
+		case code != 0:
+			writeJSON(w, code, forbiddenStatus())
+		case isWatch:
+			streamLines(w, r, a.karmadaWatch)
+		default:
+			writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV}, Items: items})
+		}
+		return
+	}
+	for name, m := range a.members {
+		if r.URL.Path != karmada.ClusterProxyPath(name, "/api/v1/namespaces/ci/events") {
+			continue
+		}
+		a.mu.Lock()
+		code, items, rv := m.code, m.items, m.listRV
+		a.mu.Unlock()
+		switch {
+		case code != 0:
+			writeJSON(w, code, forbiddenStatus())
+		case isWatch:
+			streamLines(w, r, m.watch)
+		default:
+			writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: rv}, Items: items})
+		}
+		return
+	}
+	http.NotFound(w, r)
+}
+
+// streamLines writes each line fed to lines as it comes, until endWatch,
+// cutStream or the request ends.
+func streamLines(w http.ResponseWriter, r *http.Request, lines <-chan string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Audit-Id", "watch-1")
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case l := <-lines:
+			switch l {
+			case endWatch:
+				return
+			case cutStream:
+				panic(http.ErrAbortHandler)
+			case goneWatch:
+				st := apierrors.NewResourceExpired("too old resource version").ErrStatus
+				l = line("ERROR", &st)
+			}
+			_, _ = io.WriteString(w, l+"\n")
+			w.(http.Flusher).Flush()
+		}
+	}
+}
+
+// movingResolver places "build" wherever the test says, or nowhere.
+type movingResolver struct {
+	mu      sync.Mutex
+	cluster string
+}
+
+func (m *movingResolver) Resolve(context.Context, string, string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cluster == "" {
+		return "", apierrors.NewServiceUnavailable("pod ci/build is not placed on any member cluster yet")
+	}
+	return m.cluster, nil
+}
+
+func (m *movingResolver) place(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cluster = cluster
+}
+
+// watchGateway serves a proxy with fast event-watch timing in front of api.
+func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts Options) (*httptest.Server, *Proxy) {
+	t.Helper()
+	up := httptest.NewServer(api)
+	t.Cleanup(up.Close)
+	opts.Upstream = &rest.Config{Host: up.URL}
+	opts.Resolver = res
+	opts.MergeMemberEvents = true
+	p := newTestProxy(t, opts)
+	p.eventWatchTiming = eventWatchTiming{resolvePoll: 10 * time.Millisecond, placementCheck: 10 * time.Millisecond, retryBase: 10 * time.Millisecond, retryCap: 50 * time.Millisecond}
+	gw := httptest.NewServer(p)
+	t.Cleanup(gw.Close)
+	return gw, p
+}
+
+// watchClient reads a merged watch as client-go would.
+type watchClient struct {
+	res    *http.Response
+	events chan watchResult
+}
+
+type watchResult struct {
+	typ   string
+	event corev1.Event
+	meta  metav1.ObjectMeta // of non-events (bookmarks)
+	err   error
+}
+
+func openWatch(t *testing.T, gw *httptest.Server, query string) *watchClient {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/api/v1/namespaces/ci/events?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer caller-token")
+	req.Header.Set("Accept", "application/json")
+	res, err := gw.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Body.Close() })
+	c := &watchClient{res: res, events: make(chan watchResult, 64)}
+	if res.StatusCode != http.StatusOK {
+		return c
+	}
+	go func() {
+		defer close(c.events)
+		dec := json.NewDecoder(res.Body)
+		for {
+			var we metav1.WatchEvent
+			if err := dec.Decode(&we); err != nil {
+				if !errors.Is(err, io.EOF) {
+					c.events <- watchResult{err: err}
+				}
+				return
+			}
+			var r watchResult
+			r.typ = we.Type
+			var tm metav1.TypeMeta
+			_ = json.Unmarshal(we.Object.Raw, &tm)
+			if tm.Kind != "Event" || tm.APIVersion != "v1" {
+				r.err = errors.New("watch object without kind Event, apiVersion v1: " + string(we.Object.Raw))
+			}
+			_ = json.Unmarshal(we.Object.Raw, &r.event)
+			r.meta = r.event.ObjectMeta
+			c.events <- r
+		}
+	}()
+	return c
+}
+
+// next returns the next event, failing the test if none comes in time.
+func (c *watchClient) next(t *testing.T) watchResult {
+	t.Helper()
+	select {
+	case r, ok := <-c.events:
+		if !ok {
+			t.Fatal("the watch ended; want another event")
+		}
+		if r.err != nil {
+			t.Fatalf("reading the watch: %v", r.err)
+		}
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event within 10s")
+	}
+	return watchResult{}
+}
+
+// ended reports how the watch ended: nil for a clean end.
+func (c *watchClient) ended(t *testing.T) error {
+	t.Helper()
+	select {
+	case r, ok := <-c.events:
+		if !ok {
+			return nil
+		}
+		if r.err == nil {
+			t.Fatalf("got %s %s, want the end of the watch", r.typ, r.event.Name)
+		}
+		return r.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end within 10s")
+	}
+	return nil
+}
+
+func wantEvent(t *testing.T, got watchResult, typ, name, rv string) {
+	t.Helper()
+	if got.typ != typ || got.event.Name != name || got.event.ResourceVersion != rv {
+		t.Fatalf("got %s %s rv %s, want %s %s rv %s", got.typ, got.event.Name, got.event.ResourceVersion, typ, name, rv)
+	}
+}
+
+// wantMemberEvent checks a merged member event reads as the template's.
+func wantMemberEvent(t *testing.T, got watchResult, typ, cluster, name, rv string) {
+	t.Helper()
+	wantEvent(t, got, typ, cluster+"."+name, rv)
+	if got.event.InvolvedObject.UID != templateUID || got.event.Annotations[MemberClusterAnnotation] != cluster {
+		t.Fatalf("member event %s: involvedObject.uid %s, annotations %v", got.event.Name, got.event.InvolvedObject.UID, got.event.Annotations)
+	}
+}
+
+func TestEventsWatchMergesMemberEvents(t *testing.T) {
+	api := newFakeWatchAPI()
+	m := metrics.New(prometheus.NewRegistry())
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{Metrics: m})
+	// GitLab Runner's pod events watch: no resourceVersion.
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	if w.res.StatusCode != http.StatusOK || w.res.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, Content-Type %q", w.res.StatusCode, w.res.Header.Get("Content-Type"))
+	}
+
+	// The state as of karmada's list: its events, then the member's, stamped
+	// with the list's resourceVersion.
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+
+	api.karmadaWatch <- eventLine("ADDED", testEvent("build.karmada2", "4720", templateUID, "Bound"))
+	wantEvent(t, w.next(t), "ADDED", "build.karmada2", "4720")
+	api.member("member1").watch <- eventLine("MODIFIED", testEvent("build.1", "120", memberUID, "Pulling"))
+	wantMemberEvent(t, w.next(t), "MODIFIED", "member1", "build.1", "4720")
+
+	api.karmadaWatch <- endWatch
+	if err := w.ended(t); err != nil {
+		t.Fatalf("karmada's watch ended cleanly, the merged one with %v", err)
+	}
+
+	kw := api.requests("/api/v1/namespaces/ci/events")
+	if len(kw) != 2 || kw[0].URL.Query().Get("watch") != "" || kw[1].URL.Query().Get("resourceVersion") != karmadaRV || kw[1].URL.Query().Get("watch") != "true" {
+		t.Errorf("karmada-apiserver requests: want a list, then a watch from its resourceVersion; got %v", urls(kw))
+	}
+	mw := api.requests(karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events"))
+	if len(mw) < 2 || mw[1].URL.Query().Get("resourceVersion") != "99" || mw[1].URL.Query().Get("fieldSelector") != "involvedObject.kind=Pod,involvedObject.name=build" {
+		t.Errorf("member requests: want a list, then a watch from its resourceVersion; got %v", urls(mw))
+	}
+	for _, r := range append(kw, mw...) {
+		if r.Header.Get("Authorization") != "Bearer caller-token" {
+			t.Errorf("%s sent without the caller's credentials", r.URL)
+		}
+	}
+	if got := testutil.ToFloat64(m.RequestsTotal.WithLabelValues(metrics.RouteEvents, "200")); got != 1 {
+		t.Errorf("requests_total{route=events,code=200} = %v, want 1", got)
+	}
+}
+
+func urls(reqs []*http.Request) []string {
+	var out []string
+	for _, r := range reqs {
+		out = append(out, r.URL.String())
+	}
+	return out
+}
+
+// TestEventsWatchResumes: a watch from the resourceVersion of a merged list
+// continues the member's events from where that list stood; one from a
+// resourceVersion this gateway never handed out replays them.
+func TestEventsWatchResumes(t *testing.T) {
+	api := newFakeWatchAPI()
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	req, _ := http.NewRequest(http.MethodGet, gw.URL+"/api/v1/namespaces/ci/events?fieldSelector=involvedObject.name%3Dbuild", nil)
+	res, err := gw.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list corev1.EventList
+	err = json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	if err != nil || len(list.Items) != 2 || list.ResourceVersion != karmadaRV {
+		t.Fatalf("merged list: %v, %+v", err, list)
+	}
+	memberPath := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
+	listsBefore := len(api.requests(memberPath))
+
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true&resourceVersion="+karmadaRV)
+	api.member("member1").watch <- eventLine("ADDED", testEvent("build.2", "150", memberUID, "Pulled"))
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.2", karmadaRV)
+	reqs := api.requests(memberPath)[listsBefore:]
+	if len(reqs) != 1 || reqs[0].URL.Query().Get("watch") != "true" || reqs[0].URL.Query().Get("resourceVersion") != "99" {
+		t.Fatalf("member requests after the list: want one watch from the list's member resourceVersion 99, got %v", urls(reqs))
+	}
+	if kw := api.requests("/api/v1/namespaces/ci/events"); kw[len(kw)-1].URL.Query().Get("resourceVersion") != karmadaRV {
+		t.Fatalf("karmada watch not resumed from %s: %v", karmadaRV, urls(kw))
+	}
+
+	// Unknown to this gateway: the member's events are replayed, not lost.
+	w2 := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true&resourceVersion=4000")
+	wantMemberEvent(t, w2.next(t), "ADDED", "member1", "build.1", "4000")
+}
+
+// TestEventsWatchFollowsPlacement: executors open the events watch right
+// after creating the pod, before Karmada places it; member events join when
+// it is placed, and follow it to another cluster.
+func TestEventsWatchFollowsPlacement(t *testing.T) {
+	api := newFakeWatchAPI()
+	res := &movingResolver{}
+	gw, _ := watchGateway(t, api, res, Options{})
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+
+	res.place("member1")
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+
+	res.place("member2")
+	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.9", karmadaRV)
+	api.member("member2").watch <- eventLine("ADDED", testEvent("build.10", "9", "member2-uid", "Started"))
+	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.10", karmadaRV)
+}
+
+// TestEventsWatchReportsMemberFailure: a member that cannot be read is
+// reported in the stream as a Warning event about the pod, once per outage,
+// and its events follow when it recovers.
+func TestEventsWatchReportsMemberFailure(t *testing.T) {
+	api := newFakeWatchAPI()
+	api.member("member1").code = http.StatusForbidden
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+
+	got := w.next(t)
+	ev := got.event
+	if got.typ != "ADDED" || ev.Type != corev1.EventTypeWarning || ev.Reason != memberUnavailableReason ||
+		!strings.Contains(ev.Message, "member events from member1 unavailable: HTTP 403") ||
+		ev.InvolvedObject.Name != "build" || ev.InvolvedObject.UID != templateUID || ev.ResourceVersion != karmadaRV {
+		t.Fatalf("want a Warning event reporting member1, got %s %+v", got.typ, ev)
+	}
+
+	api.set(func() { api.members["member1"].code = 0 })
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+
+	// A second outage updates the same Warning event.
+	api.set(func() { api.members["member1"].code = http.StatusServiceUnavailable })
+	api.member("member1").watch <- endWatch
+	got = w.next(t)
+	if got.typ != "MODIFIED" || got.event.Reason != memberUnavailableReason || got.event.Count != 2 || got.event.UID != ev.UID {
+		t.Fatalf("want the Warning event MODIFIED with count 2, got %s %+v", got.typ, got.event)
+	}
+}
+
+// TestEventsWatchRelistsWhenMemberForgets: a member watch answered 410 is
+// followed by a list that sends only what changed.
+func TestEventsWatchRelistsWhenMemberForgets(t *testing.T) {
+	api := newFakeWatchAPI()
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+
+	api.set(func() {
+		m := api.members["member1"]
+		m.items = []corev1.Event{m.items[0], testEvent("build.3", "300", memberUID, "Killing")}
+		m.listRV = "301"
+	})
+	api.member("member1").watch <- goneWatch
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.3", karmadaRV)
+	api.member("member1").watch <- eventLine("ADDED", testEvent("build.4", "302", memberUID, "Killing"))
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.4", karmadaRV)
+	mw := api.requests(karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events"))
+	if last := mw[len(mw)-1].URL.Query(); last.Get("resourceVersion") != "301" {
+		t.Errorf("member watch after the relist from %q, want 301", last.Get("resourceVersion"))
+	}
+}
+
+// TestEventsWatchListInitialEvents: a WatchList (client-go informers) gets
+// the member's initial events before the bookmark that ends the initial
+// state, stamped with its resourceVersion.
+func TestEventsWatchListInitialEvents(t *testing.T) {
+	api := newFakeWatchAPI()
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	const q = "fieldSelector=involvedObject.name%3Dbuild&watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+	w := openWatch(t, gw, q)
+	api.karmadaWatch <- eventLine("ADDED", testEvent("build.karmada", "4700", templateUID, "Scheduled"))
+	bookmark := &corev1.Event{
+		TypeMeta:   metav1.TypeMeta{Kind: "Event", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: "4800", Annotations: map[string]string{initialEventsEndAnnotation: "true"}},
+	}
+	api.karmadaWatch <- line("BOOKMARK", bookmark)
+
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", "4800")
+	if got := w.next(t); got.typ != "BOOKMARK" || got.meta.ResourceVersion != "4800" {
+		t.Fatalf("want the initial-events-end bookmark after the member's initial events, got %s %+v", got.typ, got.meta)
+	}
+	kw := api.requests("/api/v1/namespaces/ci/events")
+	if len(kw) != 1 || kw[0].URL.RawQuery != q {
+		t.Errorf("karmada-apiserver requests: want the WatchList as sent, got %v", urls(kw))
+	}
+}
+
+// TestEventsWatchCutIsReported: karmada's stream cut mid-way reaches the
+// client as an aborted response, never as a clean end.
+func TestEventsWatchCutIsReported(t *testing.T) {
+	api := newFakeWatchAPI()
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+	api.karmadaWatch <- cutStream
+	var err error
+	for err == nil {
+		select {
+		case r, ok := <-w.events:
+			if !ok {
+				t.Fatal("the merged watch ended cleanly after karmada's stream was cut")
+			}
+			err = r.err
+		case <-time.After(10 * time.Second):
+			t.Fatal("the merged watch did not end within 10s")
+		}
+	}
+}
+
+// TestEventsWatchRefusalsRelayed: karmada-apiserver's refusal of the list
+// that starts a watch, or of the watch, reaches the client as it came.
+func TestEventsWatchRefusalsRelayed(t *testing.T) {
+	for _, tc := range []struct{ refuse, query string }{
+		{"list", "fieldSelector=involvedObject.name%3Dbuild&watch=true"},
+		{"watch", "fieldSelector=involvedObject.name%3Dbuild&watch=true&resourceVersion=4000"},
+	} {
+		t.Run(tc.refuse, func(t *testing.T) {
+			api := newFakeWatchAPI()
+			api.karmadaCode[tc.refuse] = http.StatusForbidden
+			gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+			w := openWatch(t, gw, tc.query)
+			body, _ := io.ReadAll(w.res.Body)
+			if w.res.StatusCode != http.StatusForbidden {
+				t.Fatalf("status %d, want 403; body %s", w.res.StatusCode, body)
+			}
+			if st := decodeStatus(t, w.res.Header.Get("Content-Type"), body); st.Reason != metav1.StatusReasonForbidden {
+				t.Fatalf("Status = %+v", st)
+			}
+			if n := len(api.requests(karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events"))); n != 0 {
+				t.Errorf("%d member requests for a refused watch", n)
+			}
+		})
+	}
+}
+
+// TestEventsWatchHoldsAStreamSlot: merged watches count against the stream
+// limits like any watch.
+func TestEventsWatchHoldsAStreamSlot(t *testing.T) {
+	api := newFakeWatchAPI()
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{MaxStreamsPerClient: 1})
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+	second := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	if second.res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second watch: status %d, want 429", second.res.StatusCode)
+	}
+}
