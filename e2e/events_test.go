@@ -3,12 +3,15 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
 // TestMemberPodEvents lists a federated pod's events through the gateway
@@ -26,27 +29,7 @@ func TestMemberPodEvents(t *testing.T) {
 	const name = "events-pod"
 	placePod(t, sleepPod(name), []string{"member1"}, "member1")
 
-	memberPod, err := testEnv.MemberPod(ctx, "member1", env.Namespace, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	member, err := testEnv.MemberClient("member1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := metav1.Now()
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: name + ".e2e-image-pull", Namespace: env.Namespace},
-		InvolvedObject: corev1.ObjectReference{
-			Kind: "Pod", APIVersion: "v1", Namespace: env.Namespace, Name: name, UID: memberPod.UID,
-		},
-		Reason: "Failed", Message: "Failed to pull image \"nope\": ErrImagePull", Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "kubelet", Host: "member1-node"},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := member.CoreV1().Events(env.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create member event: %v", err)
-	}
+	ev := createMemberEvent(t, "member1", name, "e2e-image-pull", corev1.EventTypeWarning, "Failed", "Failed to pull image \"nope\": ErrImagePull")
 
 	karmadaCS, err := testEnv.KarmadaClient(env.UserAdmin)
 	if err != nil {
@@ -56,7 +39,7 @@ func TestMemberPodEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if template.UID == memberPod.UID {
+	if template.UID == ev.InvolvedObject.UID {
 		t.Fatalf("template and member pod share UID %s; the test proves nothing", template.UID)
 	}
 
@@ -107,6 +90,138 @@ func TestMemberPodEvents(t *testing.T) {
 	for _, e := range direct.Items {
 		if e.Message == ev.Message {
 			t.Fatalf("karmada-apiserver already has the member event %s", e.Name)
+		}
+	}
+}
+
+// createMemberEvent creates, in member's apiserver, an Event about the
+// member pod of the template name, as the member's kubelet would.
+func createMemberEvent(t *testing.T, member, name, suffix, typ, reason, message string) *corev1.Event {
+	t.Helper()
+	ctx := t.Context()
+	memberPod, err := testEnv.MemberPod(ctx, member, env.Namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := testEnv.MemberClient(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "." + suffix, Namespace: env.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: env.Namespace, Name: name, UID: memberPod.UID,
+		},
+		Reason: reason, Message: message, Type: typ,
+		Source:         corev1.EventSource{Component: "kubelet", Host: member + "-node"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	created, err := client.CoreV1().Events(env.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create member event: %v", err)
+	}
+	return created
+}
+
+// TestMemberPodEventsWatch replays GitLab Runner's pod events feature
+// through the gateway: a client-go watch of events with
+// fieldSelector=involvedObject.name=<pod> and no resourceVersion, opened
+// before Karmada places the pod, streams the member's events for it as
+// events of the template; the runner's warning-events list
+// (involvedObject.name=<pod>,type=Warning, limit 200) returns only the
+// member's warnings; and a watch resumed from the resourceVersion of an
+// event it got loses nothing that happened in the member meanwhile.
+func TestMemberPodEventsWatch(t *testing.T) {
+	dumpLogsOnFailure(t)
+	ctx := t.Context()
+	const name, member = "events-watch-pod", "member2"
+	gw := gatewayClient(t, env.UserAdmin) // exec-only may not read events
+	counter := countRoute(t, metrics.RouteEvents, "200")
+
+	w, err := gw.CoreV1().Events(env.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		t.Fatalf("watch events through the gateway: %v", err)
+	}
+	defer w.Stop()
+
+	createPlacedPod(t, sleepPod(name), []string{member})
+	waitPlaced(t, name, member)
+	karmadaCS, err := testEnv.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template, err := karmadaCS.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pull := createMemberEvent(t, member, name, "pull", corev1.EventTypeWarning, "Failed", "Failed to pull image \"nope\": ErrImagePull")
+	started := createMemberEvent(t, member, name, "started", corev1.EventTypeNormal, "Started", "Started container main")
+	var lastRV string
+	for _, want := range []*corev1.Event{pull, started} {
+		got := nextMemberEvent(t, w, want.Message)
+		if got.InvolvedObject.UID != template.UID || got.Name != member+"."+want.Name || got.Annotations[memberClusterAnnotation] != member {
+			t.Errorf("watched member event %s: involvedObject.uid %s (template %s), annotations %v", got.Name, got.InvolvedObject.UID, template.UID, got.Annotations)
+		}
+		lastRV = got.ResourceVersion
+	}
+	w.Stop()
+
+	list, err := gw.CoreV1().Events(env.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.name=" + name + ",type=Warning", Limit: 200,
+	})
+	if err != nil {
+		t.Fatalf("list warning events through the gateway: %v", err)
+	}
+	var messages []string
+	for _, e := range list.Items {
+		if e.Annotations[memberClusterAnnotation] != "" {
+			messages = append(messages, e.Message)
+		}
+	}
+	if len(messages) != 1 || messages[0] != pull.Message {
+		t.Errorf("warning list: member events %q, want only %q", messages, pull.Message)
+	}
+
+	// What happens in the member while no watch is open arrives once the
+	// client resumes from the last resourceVersion it saw.
+	killed := createMemberEvent(t, member, name, "oom", corev1.EventTypeWarning, "OOMKilling", "Container main was OOM-killed")
+	resumed, err := gw.CoreV1().Events(env.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name, ResourceVersion: lastRV})
+	if err != nil {
+		t.Fatalf("resume the events watch from %s: %v", lastRV, err)
+	}
+	defer resumed.Stop()
+	nextMemberEvent(t, resumed, killed.Message)
+	counter.check(t, 3)
+}
+
+// nextMemberEvent reads w until the member event with message arrives,
+// failing t after 30 s or when the watch ends or reports an error.
+func nextMemberEvent(t *testing.T, w watch.Interface, message string) *corev1.Event {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the events watch ended before %q arrived", message)
+			}
+			if ev.Type == watch.Error {
+				t.Fatalf("the events watch reported %v before %q arrived", ev.Object, message)
+			}
+			e, isEvent := ev.Object.(*corev1.Event)
+			if !isEvent {
+				t.Fatalf("the events watch sent a %T", ev.Object)
+			}
+			if e.Reason == "MemberEventsUnavailable" {
+				t.Fatalf("the gateway reports member events unavailable: %s", e.Message)
+			}
+			if e.Message == message && e.Annotations[memberClusterAnnotation] != "" {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no member event %q through the gateway's events watch within 30s", message)
 		}
 	}
 }
