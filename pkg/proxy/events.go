@@ -201,8 +201,8 @@ func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
 		p.servePassthrough(w, r)
 		return
 	}
-	stateFrom(r.Context()).route = metrics.RouteEvents
 	if er.Watch {
+		stateFrom(r.Context()).route = metrics.RouteEvents
 		p.serveEventsWatch(w, r, er)
 		return
 	}
@@ -222,6 +222,7 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, r *http.Request, er event
 		p.servePassthrough(w, r)
 		return
 	}
+	stateFrom(ctx).route = metrics.RouteEvents
 
 	res, err := p.callerGet(ctx, r, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
 	if err != nil {

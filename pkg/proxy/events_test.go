@@ -9,12 +9,15 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
 const (
@@ -102,13 +105,15 @@ func TestEventsMerge(t *testing.T) {
 		// request was passed through unchanged.
 		wantMember, wantRaw bool
 		wantWarning         string
+		// answeredByMerge: the merge answered though it added nothing.
+		answeredByMerge bool
 		// wantMemberSelector is the fieldSelector sent to the member; "" is
 		// the plain pod selector.
 		wantMemberSelector string
 	}{
 		{name: "scoped list merges", target: eventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
 		{name: "kubectl describe selector", target: eventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
-		{name: "other uid gets no member events", target: eventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true},
+		{name: "other uid gets no member events", target: eventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true, answeredByMerge: true},
 		{name: "member failure warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403:`},
 		{name: "flag off passes through", target: eventsTarget("involvedObject.name=build", ""), merge: false},
 		{name: "unplaced pod passes through", target: eventsTarget("involvedObject.name=build", ""), merge: true, resolveErr: apierrors.NewNotFound(podsResource, "build")},
@@ -136,7 +141,8 @@ func TestEventsMerge(t *testing.T) {
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			res := &stubResolver{cluster: testCluster, err: tt.resolveErr}
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: tt.merge})
+			m := metrics.New(prometheus.NewRegistry())
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: tt.merge, Metrics: m})
 			h := http.Header{"Authorization": {"Bearer caller-token"}}
 			if tt.accept != "" {
 				h.Set("Accept", tt.accept)
@@ -148,6 +154,13 @@ func TestEventsMerge(t *testing.T) {
 			}
 			if got := rec.Header().Get("Warning"); !strings.HasPrefix(got, tt.wantWarning) || (tt.wantWarning == "") != (got == "") {
 				t.Errorf("Warning = %q, want prefix %q", got, tt.wantWarning)
+			}
+			wantRoute := metrics.RoutePassthrough
+			if tt.wantMember || tt.wantWarning != "" || tt.answeredByMerge {
+				wantRoute = metrics.RouteEvents
+			}
+			if got := testutil.ToFloat64(m.RequestsTotal.WithLabelValues(wantRoute, "200")); got != 1 {
+				t.Errorf("requests_total{route=%q,code=200} = %v, want 1", wantRoute, got)
 			}
 			reqs := up.requests()
 			for _, r := range reqs {
