@@ -134,29 +134,35 @@ func (t *trace) cacheLabel() string {
 }
 
 // decision is a cached outcome: of a TokenReview, of the impersonation
-// checks, or of a whole AuthorizePod.
+// checks, or of a whole AuthorizeResource.
 type decision struct {
 	caller proxy.Caller
 	err    error
 }
 
-// AuthorizePod implements proxy.Authorizer. The whole decision (identity,
-// impersonation and the pod SubjectAccessReview) is cached under the
-// credential's hash, the requested impersonation and the pod request, so a
+// AuthorizeResource implements proxy.Authorizer. The whole decision
+// (identity, impersonation and the SubjectAccessReview) is cached under the
+// credential's hash, the requested impersonation and every field of rr, so a
 // hit costs no API call at all.
-func (a *Authorizer) AuthorizePod(ctx context.Context, r *http.Request, pr proxy.PodRequest) (proxy.Caller, error) {
+func (a *Authorizer) AuthorizeResource(ctx context.Context, r *http.Request, rr proxy.ResourceRequest) (proxy.Caller, error) {
 	tr := &trace{}
-	caller, err := a.authorizePod(ctx, r, pr, tr)
-	a.record(ctx, "AuthorizePod", caller, err, tr, "namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
+	caller, err := a.authorizeResource(ctx, r, rr, tr)
+	a.record(ctx, "AuthorizeResource", caller, err, tr, "namespace", rr.Namespace, "verb", rr.Verb,
+		"group", rr.Group, "resource", rr.Resource, "subresource", rr.Subresource, "name", rr.Name)
 	return caller, err
 }
 
-func (a *Authorizer) authorizePod(ctx context.Context, r *http.Request, pr proxy.PodRequest, tr *trace) (proxy.Caller, error) {
+func (a *Authorizer) authorizeResource(ctx context.Context, r *http.Request, rr proxy.ResourceRequest, tr *trace) (proxy.Caller, error) {
+	if rr.Verb == "" || rr.Resource == "" {
+		// A bug in the caller, not the client's doing: an empty verb or
+		// resource would ask about something else than the request.
+		return proxy.Caller{}, apierrors.NewInternalError(fmt.Errorf("incomplete resource request %+v", rr))
+	}
 	cred, imp, err := a.credentialAndImpersonation(ctx, r, tr)
 	if err != nil {
 		return proxy.Caller{}, err
 	}
-	key := cacheKey("pod", cred.key, imp.key(), pr.Namespace, pr.Name, pr.Subresource, pr.Verb())
+	key := cacheKey("resource", cred.key, imp.key(), rr.Namespace, rr.Verb, rr.Group, rr.Resource, rr.Subresource, rr.Name)
 	if v, ok := a.cache.Get(key); ok {
 		tr.usedCache = true
 		d := v.(decision)
@@ -167,15 +173,7 @@ func (a *Authorizer) authorizePod(ctx context.Context, r *http.Request, pr proxy
 	if err != nil {
 		return proxy.Caller{}, err
 	}
-	attrs := &authorizationv1.ResourceAttributes{
-		Namespace:   pr.Namespace,
-		Verb:        pr.Verb(),
-		Group:       "",
-		Version:     "v1",
-		Resource:    "pods",
-		Subresource: pr.Subresource,
-		Name:        pr.Name,
-	}
+	attrs := resourceAttributes(rr)
 	allowed, reason, err := a.review(ctx, caller, attrs, tr)
 	if err != nil {
 		return proxy.Caller{}, err
@@ -189,11 +187,30 @@ func (a *Authorizer) authorizePod(ctx context.Context, r *http.Request, pr proxy
 	return copyCaller(caller), nil
 }
 
+// resourceAttributes are the SubjectAccessReview attributes kube-apiserver
+// builds for rr. RBAC ignores the version; the core group's only one is
+// given, as kube-apiserver gives the one in the path, for webhook
+// authorizers that look at it.
+func resourceAttributes(rr proxy.ResourceRequest) *authorizationv1.ResourceAttributes {
+	attrs := &authorizationv1.ResourceAttributes{
+		Namespace:   rr.Namespace,
+		Verb:        rr.Verb,
+		Group:       rr.Group,
+		Resource:    rr.Resource,
+		Subresource: rr.Subresource,
+		Name:        rr.Name,
+	}
+	if rr.Group == "" {
+		attrs.Version = "v1"
+	}
+	return attrs
+}
+
 // Authenticate implements proxy.Authorizer. It honours Impersonate-* headers
-// as AuthorizePod does, so the Caller it returns is the identity the gateway
-// may act as; a caller who may not impersonate gets 403 rather than their own
-// identity, which would silently drop what they asked for. Like AuthorizePod,
-// each call counts as one AuthDecisionsTotal sample.
+// as AuthorizeResource does, so the Caller it returns is the identity the
+// gateway may act as; a caller who may not impersonate gets 403 rather than
+// their own identity, which would silently drop what they asked for. Like
+// AuthorizeResource, each call counts as one AuthDecisionsTotal sample.
 func (a *Authorizer) Authenticate(ctx context.Context, r *http.Request) (proxy.Caller, error) {
 	tr := &trace{}
 	caller, err := a.authenticateRequest(ctx, r, tr)

@@ -160,17 +160,17 @@ func TestAuthorizePod(t *testing.T) {
 			if tc.setup != nil {
 				env.api.set(tc.setup)
 			}
-			caller, err := env.authz.AuthorizePod(context.Background(), newRequest(tc.header, nil), execJob42)
+			caller, err := env.authz.AuthorizeResource(context.Background(), newRequest(tc.header, nil), execJob42)
 			if tc.wantCode == 0 {
 				if err != nil {
-					t.Fatalf("AuthorizePod: %v", err)
+					t.Fatalf("AuthorizeResource: %v", err)
 				}
 				if !reflect.DeepEqual(caller, tc.wantCaller) {
 					t.Errorf("caller = %#v, want %#v", caller, tc.wantCaller)
 				}
 			} else {
 				if err == nil {
-					t.Fatalf("AuthorizePod allowed %#v, want %d", caller, tc.wantCode)
+					t.Fatalf("AuthorizeResource allowed %#v, want %d", caller, tc.wantCode)
 				}
 				code, msg := statusOf(t, err)
 				if code != tc.wantCode || msg != tc.wantMsg {
@@ -192,7 +192,7 @@ func TestAuthorizePod(t *testing.T) {
 
 func TestForbiddenStatusDetails(t *testing.T) {
 	env := newTestEnv(t, nil)
-	_, err := env.authz.AuthorizePod(context.Background(), newRequest(bearer("alice-token"), nil), execJob42)
+	_, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), execJob42)
 	var se *apierrors.StatusError
 	if !errors.As(err, &se) {
 		t.Fatalf("err = %v, want a StatusError", err)
@@ -221,9 +221,9 @@ func TestVerbPerSubresource(t *testing.T) {
 		t.Run(tc.sub, func(t *testing.T) {
 			env := newTestEnv(t, nil)
 			env.api.grant(rule("alice", tc.verb, "", "pods/"+tc.sub, "ci", "job-42"))
-			pr := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: tc.sub}
-			if _, err := env.authz.AuthorizePod(context.Background(), newRequest(bearer("alice-token"), nil), pr); err != nil {
-				t.Fatalf("AuthorizePod: %v", err)
+			pr := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: tc.sub}.ResourceRequest()
+			if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), pr); err != nil {
+				t.Fatalf("AuthorizeResource: %v", err)
 			}
 			sars := env.api.seenSARs()
 			if len(sars) != 1 {
@@ -244,10 +244,10 @@ func TestCache(t *testing.T) {
 		rule("alice", "create", "", "pods/exec", "ci", "job-42"),
 		rule("alice", "get", "", "pods/log", "ci", "job-42"),
 	)
-	logJob42 := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}
-	call := func(token string, pr proxy.PodRequest) error {
+	logJob42 := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequest()
+	call := func(token string, rr proxy.ResourceRequest) error {
 		t.Helper()
-		_, err := env.authz.AuthorizePod(ctx, newRequest(bearer(token), nil), pr)
+		_, err := env.authz.AuthorizeResource(ctx, newRequest(bearer(token), nil), rr)
 		return err
 	}
 	expectCalls := func(step string, wantTR, wantSAR int) {
@@ -287,20 +287,20 @@ func TestNegativeCache(t *testing.T) {
 	t.Run("denial is cached for the negative TTL only", func(t *testing.T) {
 		env := newTestEnv(t, nil)
 		req := func() *http.Request { return newRequest(bearer("alice-token"), nil) }
-		if _, err := env.authz.AuthorizePod(ctx, req(), execJob42); !apierrors.IsForbidden(err) {
+		if _, err := env.authz.AuthorizeResource(ctx, req(), execJob42); !apierrors.IsForbidden(err) {
 			t.Fatalf("err = %v, want forbidden", err)
 		}
 		// A RoleBinding created now is not seen until the denial expires.
 		env.api.grant(rule("alice", "create", "", "pods/exec", "ci", "job-42"))
 		env.clock.Step(time.Second)
-		if _, err := env.authz.AuthorizePod(ctx, req(), execJob42); !apierrors.IsForbidden(err) {
+		if _, err := env.authz.AuthorizeResource(ctx, req(), execJob42); !apierrors.IsForbidden(err) {
 			t.Fatalf("err = %v, want cached forbidden", err)
 		}
 		if _, sars := env.api.calls(); sars != 1 {
 			t.Errorf("SARs = %d, want 1", sars)
 		}
 		env.clock.Step(1500 * time.Millisecond)
-		if _, err := env.authz.AuthorizePod(ctx, req(), execJob42); err != nil {
+		if _, err := env.authz.AuthorizeResource(ctx, req(), execJob42); err != nil {
 			t.Fatalf("after negative TTL: %v", err)
 		}
 		want := map[string]float64{"denied/miss": 1, "denied/hit": 1, "allowed/miss": 1}
@@ -311,7 +311,7 @@ func TestNegativeCache(t *testing.T) {
 	t.Run("rejected token is cached for the negative TTL only", func(t *testing.T) {
 		env := newTestEnv(t, nil)
 		for range 2 {
-			if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("nope"), nil), execJob42); !apierrors.IsUnauthorized(err) {
+			if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("nope"), nil), execJob42); !apierrors.IsUnauthorized(err) {
 				t.Fatalf("err = %v, want unauthorized", err)
 			}
 		}
@@ -319,7 +319,7 @@ func TestNegativeCache(t *testing.T) {
 			t.Errorf("TokenReviews = %d, want 1", tr)
 		}
 		env.clock.Step(2500 * time.Millisecond)
-		if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("nope"), nil), execJob42); !apierrors.IsUnauthorized(err) {
+		if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("nope"), nil), execJob42); !apierrors.IsUnauthorized(err) {
 			t.Fatalf("err = %v, want unauthorized", err)
 		}
 		if tr, _ := env.api.calls(); tr != 2 {
@@ -330,15 +330,15 @@ func TestNegativeCache(t *testing.T) {
 		env := newTestEnv(t, nil)
 		env.api.grant(rule("alice", "create", "", "pods/exec", "ci", "job-42"))
 		env.api.set(func(api *fakeAPI) { api.tokenErr = errors.New("timeout") })
-		if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("alice-token"), nil), execJob42); !apierrors.IsServiceUnavailable(err) {
+		if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("alice-token"), nil), execJob42); !apierrors.IsServiceUnavailable(err) {
 			t.Fatalf("err = %v, want 503", err)
 		}
 		env.api.set(func(api *fakeAPI) { api.tokenErr, api.sarErr = nil, errors.New("timeout") })
-		if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("alice-token"), nil), execJob42); !apierrors.IsServiceUnavailable(err) {
+		if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("alice-token"), nil), execJob42); !apierrors.IsServiceUnavailable(err) {
 			t.Fatalf("err = %v, want 503", err)
 		}
 		env.api.set(func(api *fakeAPI) { api.sarErr = nil })
-		if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("alice-token"), nil), execJob42); err != nil {
+		if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("alice-token"), nil), execJob42); err != nil {
 			t.Fatalf("after recovery: %v", err)
 		}
 		if tr, sars := env.api.calls(); tr != 2 || sars != 2 {
@@ -351,12 +351,12 @@ func TestCacheBound(t *testing.T) {
 	ctx := context.Background()
 	const size = 16
 	env := newTestEnv(t, func(o *Options) { o.MaxCacheEntries = size })
-	pod := func(i int) proxy.PodRequest {
-		return proxy.PodRequest{Namespace: "ci", Name: fmt.Sprintf("job-%d", i), Subresource: "exec"}
+	pod := func(i int) proxy.ResourceRequest {
+		return proxy.PodRequest{Namespace: "ci", Name: fmt.Sprintf("job-%d", i), Subresource: "exec"}.ResourceRequest()
 	}
 	for i := range 200 {
 		env.api.grant(rule("alice", "create", "", "pods/exec", "ci", pod(i).Name))
-		if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("alice-token"), nil), pod(i)); err != nil {
+		if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("alice-token"), nil), pod(i)); err != nil {
 			t.Fatalf("pod %d: %v", i, err)
 		}
 	}
@@ -364,13 +364,13 @@ func TestCacheBound(t *testing.T) {
 		t.Errorf("cache holds %d entries, bound is %d", n, size)
 	}
 	_, before := env.api.calls()
-	if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("alice-token"), nil), pod(199)); err != nil {
+	if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("alice-token"), nil), pod(199)); err != nil {
 		t.Fatal(err)
 	}
 	if _, after := env.api.calls(); after != before {
 		t.Errorf("most recent decision was evicted: SARs %d -> %d", before, after)
 	}
-	if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("alice-token"), nil), pod(0)); err != nil {
+	if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("alice-token"), nil), pod(0)); err != nil {
 		t.Fatal(err)
 	}
 	if _, after := env.api.calls(); after != before+1 {
@@ -385,7 +385,7 @@ func TestCacheBound(t *testing.T) {
 		})
 		env.api.grant(rule("huge", "create", "", "pods/exec", "ci", "job-42"))
 		for range 2 {
-			if _, err := env.authz.AuthorizePod(ctx, newRequest(bearer("huge-token"), nil), execJob42); err != nil {
+			if _, err := env.authz.AuthorizeResource(ctx, newRequest(bearer("huge-token"), nil), execJob42); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -401,7 +401,7 @@ func TestCachedCallerIsNotShared(t *testing.T) {
 	// The first answer is computed, the next ones come from the cache: edit
 	// each and check that the next is unaffected.
 	for i := range 3 {
-		c, err := env.authz.AuthorizePod(context.Background(), newRequest(bearer("alice-token"), nil), execJob42)
+		c, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), execJob42)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,9 +439,9 @@ func TestTokenNeverInErrorsOrLogs(t *testing.T) {
 			var logs bytes.Buffer
 			ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(
 				textlogger.Output(&logs), textlogger.Verbosity(10))))
-			_, err := env.authz.AuthorizePod(ctx, newRequest(tc.header, nil), execJob42)
+			_, err := env.authz.AuthorizeResource(ctx, newRequest(tc.header, nil), execJob42)
 			if err == nil {
-				t.Fatal("AuthorizePod allowed, want an error")
+				t.Fatal("AuthorizeResource allowed, want an error")
 			}
 			_, msg := statusOf(t, err)
 			for what, s := range map[string]string{"error": err.Error(), "status": msg, "logs": logs.String()} {

@@ -152,8 +152,8 @@ func TestClientCertificate(t *testing.T) {
 				{"Authenticate", func() (proxy.Caller, error) {
 					return env.authz.Authenticate(context.Background(), newRequest(tc.header, state))
 				}},
-				{"AuthorizePod", func() (proxy.Caller, error) {
-					return env.authz.AuthorizePod(context.Background(), newRequest(tc.header, state), execJob42)
+				{"AuthorizeResource", func() (proxy.Caller, error) {
+					return env.authz.AuthorizeResource(context.Background(), newRequest(tc.header, state), execJob42)
 				}},
 			} {
 				caller, err := op.do()
@@ -191,11 +191,11 @@ func TestClientCertificateExpiresWhileCached(t *testing.T) {
 	})
 	state := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
 	env.api.grant(rule("alice", "create", "", "pods/exec", "ci", "job-42"))
-	if _, err := env.authz.AuthorizePod(context.Background(), newRequest(nil, state), execJob42); err != nil {
+	if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(nil, state), execJob42); err != nil {
 		t.Fatal(err)
 	}
 	env.clock.Step(6 * time.Second) // within CacheTTL, past NotAfter
-	_, err := env.authz.AuthorizePod(context.Background(), newRequest(nil, state), execJob42)
+	_, err := env.authz.AuthorizeResource(context.Background(), newRequest(nil, state), execJob42)
 	if code, _ := statusOf(t, err); code != http.StatusUnauthorized {
 		t.Errorf("expired certificate: code %d, want 401", code)
 	}

@@ -2,9 +2,9 @@
 // caller itself (bearer token by TokenReview, or a client certificate
 // verified against --client-ca-file), applies Impersonate-* headers only
 // when a SubjectAccessReview says the caller may impersonate, and authorizes
-// the original pod subresource request with a SubjectAccessReview against
-// karmada-apiserver, so the gateway can then call the cluster proxy with its
-// own identity.
+// the original request (a pod subresource, services/proxy, ...) with a
+// SubjectAccessReview against karmada-apiserver, so the gateway can then call
+// the cluster proxy with its own identity.
 //
 // The semantics follow kube-apiserver's authentication, impersonation and
 // authorization filters (messages included), because clients print our

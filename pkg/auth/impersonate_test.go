@@ -204,10 +204,10 @@ func TestImpersonation(t *testing.T) {
 			for k, v := range tc.header {
 				header[k] = v
 			}
-			caller, err := env.authz.AuthorizePod(context.Background(), newRequest(header, nil), execJob42)
+			caller, err := env.authz.AuthorizeResource(context.Background(), newRequest(header, nil), execJob42)
 			if tc.wantCode == 0 {
 				if err != nil {
-					t.Fatalf("AuthorizePod: %v", err)
+					t.Fatalf("AuthorizeResource: %v", err)
 				}
 				if !reflect.DeepEqual(caller, tc.wantCaller) {
 					t.Errorf("caller = %#v, want %#v", caller, tc.wantCaller)
@@ -272,18 +272,18 @@ func TestImpersonationIsCachedPerRequestedIdentity(t *testing.T) {
 	req := func(user string) *http.Request {
 		return newRequest(http.Header{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {user}}, nil)
 	}
-	if _, err := env.authz.AuthorizePod(context.Background(), req("bob"), execJob42); err != nil {
+	if _, err := env.authz.AuthorizeResource(context.Background(), req("bob"), execJob42); err != nil {
 		t.Fatal(err)
 	}
 	// Another pod request reuses the impersonation check.
-	if _, err := env.authz.AuthorizePod(context.Background(), req("bob"), proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}); err != nil {
+	if _, err := env.authz.AuthorizeResource(context.Background(), req("bob"), proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequest()); err != nil {
 		t.Fatal(err)
 	}
 	if _, sars := env.api.calls(); sars != 3 {
 		t.Errorf("SARs = %d, want 3 (1 impersonation + 2 pod)", sars)
 	}
 	// A different impersonated user on the same pod is not a cache hit.
-	if _, err := env.authz.AuthorizePod(context.Background(), req("carol"), execJob42); err == nil || !strings.Contains(err.Error(), `users "carol"`) {
+	if _, err := env.authz.AuthorizeResource(context.Background(), req("carol"), execJob42); err == nil || !strings.Contains(err.Error(), `users "carol"`) {
 		t.Errorf("impersonating carol: err = %v, want forbidden for carol", err)
 	}
 }

@@ -31,13 +31,13 @@ type fakeAuthorizer struct {
 	authErr error
 
 	mu         sync.Mutex
-	authorized []PodRequest
+	authorized []ResourceRequest
 	authed     int
 }
 
-func (f *fakeAuthorizer) AuthorizePod(_ context.Context, r *http.Request, pr PodRequest) (Caller, error) {
+func (f *fakeAuthorizer) AuthorizeResource(_ context.Context, r *http.Request, rr ResourceRequest) (Caller, error) {
 	f.mu.Lock()
-	f.authorized = append(f.authorized, pr)
+	f.authorized = append(f.authorized, rr)
 	f.mu.Unlock()
 	if f.deny != nil {
 		return Caller{}, f.deny

@@ -298,7 +298,7 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 	if !reflect.DeepEqual(env.res.calls, []string{"ci/p"}) {
 		t.Errorf("resolver calls %q, want only ci/p", env.res.calls)
 	}
-	if want := []PodRequest{{Namespace: "ci", Name: "p", Subresource: "exec"}}; !reflect.DeepEqual(env.authz.authorized, want) {
+	if want := []ResourceRequest{{Namespace: "ci", Verb: "create", Resource: "pods", Subresource: "exec", Name: "p"}}; !reflect.DeepEqual(env.authz.authorized, want) {
 		t.Errorf("authorized %+v, want the pod request %+v", env.authz.authorized, want)
 	}
 

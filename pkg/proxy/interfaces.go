@@ -30,6 +30,17 @@ type Caller struct {
 	Extra  map[string][]string
 }
 
+// ResourceRequest is a request on a Kubernetes resource that the gateway authorizes itself, in
+// kube-apiserver's RequestInfo terms, before sending it with its own identity.
+type ResourceRequest struct {
+	Namespace   string
+	Verb        string // get, list, watch, create, update, patch, delete
+	Group       string // "" for core
+	Resource    string // pods, services, events, ...
+	Subresource string
+	Name        string
+}
+
 // PodRequest is a parsed request for a pod subresource the gateway rewrites.
 type PodRequest struct {
 	Namespace   string
@@ -47,15 +58,23 @@ func (r PodRequest) Verb() string {
 	return "create"
 }
 
+// ResourceRequest is what authorize mode asks the Authorizer about r.
+func (r PodRequest) ResourceRequest() ResourceRequest {
+	return ResourceRequest{
+		Namespace: r.Namespace, Verb: r.Verb(), Resource: podsResource.Resource,
+		Subresource: r.Subresource, Name: r.Name,
+	}
+}
+
 // Authorizer decides requests in authorize mode. *auth.Authorizer implements it.
 type Authorizer interface {
-	// AuthorizePod authenticates the caller of r (bearer token by
+	// AuthorizeResource authenticates the caller of r (bearer token by
 	// TokenReview, or a verified client certificate), honours Impersonate-*
 	// headers only when the caller may impersonate, and checks with a
-	// SubjectAccessReview that the effective user may perform pr.Verb() on
-	// pods/pr.Subresource of pr.Namespace/pr.Name. Errors implementing
-	// apierrors.APIStatus (401, 403) are written to the client as is.
-	AuthorizePod(ctx context.Context, r *http.Request, pr PodRequest) (Caller, error)
+	// SubjectAccessReview that the effective user may perform rr. Errors
+	// implementing apierrors.APIStatus (400, 401, 403, 503) are written to
+	// the client as is.
+	AuthorizeResource(ctx context.Context, r *http.Request, rr ResourceRequest) (Caller, error)
 	// Authenticate authenticates the caller of r without authorizing
 	// anything; passthrough routes in authorize mode use it for callers who
 	// presented a client certificate, which cannot be forwarded upstream.

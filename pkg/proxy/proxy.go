@@ -221,16 +221,9 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	// Authorize before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
-		caller, err := p.authorizer.AuthorizePod(ctx, r, pr)
-		if err != nil {
-			logger.V(2).Info("Request not authorized", "err", err)
-			writeStatus(w, err)
+		if logger, ok = p.authorizeAsGateway(w, r, pr.ResourceRequest(), logger); !ok {
 			return
 		}
-		logger = logger.WithValues("user", caller.Name)
-		state.certVerified = !hasBearerToken(r) && hasClientCertificate(r)
-		state.gatewayIdentity = true
-		state.editHeader = StripIdentityHeaders
 	}
 
 	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
@@ -249,6 +242,24 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	state.rawPath = ""
 	logger.V(4).Info("Rewriting to cluster proxy", "cluster", cluster)
 	p.forward(w, r)
+}
+
+// authorizeAsGateway asks the Authorizer whether the caller of r may do rr
+// and, if so, has the request sent with the gateway's identity and without
+// any identity header of the client's. Otherwise it writes the Status and
+// returns false.
+func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
+	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
+	if err != nil {
+		logger.V(2).Info("Request not authorized", "err", err)
+		writeStatus(w, err)
+		return logger, false
+	}
+	state := stateFrom(r.Context())
+	state.certVerified = !hasBearerToken(r) && hasClientCertificate(r)
+	state.gatewayIdentity = true
+	state.editHeader = StripIdentityHeaders
+	return logger.WithValues("user", caller.Name), true
 }
 
 func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {

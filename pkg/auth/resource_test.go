@@ -1,0 +1,156 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"reflect"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+)
+
+var webProxyGet = proxy.ResourceRequest{Namespace: "ci", Verb: "get", Resource: "services", Subresource: "proxy", Name: "https:web:443"}
+
+// TestResourceAttributesAndDenials checks the SubjectAccessReview sent for a resource
+// request and, when it is denied, the Status kube-apiserver's authorization
+// filter would write (responsewriters.ForbiddenStatusError) for the same
+// attributes.
+func TestResourceAttributesAndDenials(t *testing.T) {
+	tests := []struct {
+		name      string
+		rr        proxy.ResourceRequest
+		wantAttrs authorizationv1.ResourceAttributes
+		wantMsg   string
+		wantGR    schema.GroupResource
+	}{
+		{
+			name:      "services/proxy named by its whole path segment",
+			rr:        webProxyGet,
+			wantAttrs: authorizationv1.ResourceAttributes{Namespace: "ci", Verb: "get", Version: "v1", Resource: "services", Subresource: "proxy", Name: "https:web:443"},
+			wantMsg:   `services "https:web:443" is forbidden: User "alice" cannot get resource "services/proxy" in API group "" in the namespace "ci"`,
+			wantGR:    schema.GroupResource{Resource: "services"},
+		},
+		{
+			name:      "namespaced list has no name",
+			rr:        proxy.ResourceRequest{Namespace: "ci", Verb: "list", Resource: "events"},
+			wantAttrs: authorizationv1.ResourceAttributes{Namespace: "ci", Verb: "list", Version: "v1", Resource: "events"},
+			wantMsg:   `events is forbidden: User "alice" cannot list resource "events" in API group "" in the namespace "ci"`,
+			wantGR:    schema.GroupResource{Resource: "events"},
+		},
+		{
+			name:      "named group has no version to guess",
+			rr:        proxy.ResourceRequest{Namespace: "ci", Verb: "watch", Group: "events.k8s.io", Resource: "events"},
+			wantAttrs: authorizationv1.ResourceAttributes{Namespace: "ci", Verb: "watch", Group: "events.k8s.io", Resource: "events"},
+			wantMsg:   `events.events.k8s.io is forbidden: User "alice" cannot watch resource "events" in API group "events.k8s.io" in the namespace "ci"`,
+			wantGR:    schema.GroupResource{Group: "events.k8s.io", Resource: "events"},
+		},
+		{
+			name:      "cluster scope",
+			rr:        proxy.ResourceRequest{Verb: "get", Resource: "namespaces", Name: "ci"},
+			wantAttrs: authorizationv1.ResourceAttributes{Verb: "get", Version: "v1", Resource: "namespaces", Name: "ci"},
+			wantMsg:   `namespaces "ci" is forbidden: User "alice" cannot get resource "namespaces" in API group "" at the cluster scope`,
+			wantGR:    schema.GroupResource{Resource: "namespaces"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wantSAR := authorizationv1.SubjectAccessReviewSpec{
+				User: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"}, ResourceAttributes: &tc.wantAttrs,
+			}
+			resource := tc.rr.Resource
+			if tc.rr.Subresource != "" {
+				resource += "/" + tc.rr.Subresource
+			}
+
+			t.Run("allowed", func(t *testing.T) {
+				env := newTestEnv(t, nil)
+				env.api.grant(rule("alice", tc.rr.Verb, tc.rr.Group, resource, tc.rr.Namespace, tc.rr.Name))
+				caller, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), tc.rr)
+				if err != nil {
+					t.Fatalf("AuthorizeResource: %v", err)
+				}
+				if caller.Name != "alice" {
+					t.Errorf("caller %q, want alice", caller.Name)
+				}
+				if sars := env.api.seenSARs(); len(sars) != 1 || !reflect.DeepEqual(sars[0], wantSAR) {
+					t.Errorf("SARs = %+v, want one %+v", sars, wantSAR)
+				}
+			})
+			t.Run("denied", func(t *testing.T) {
+				env := newTestEnv(t, nil)
+				_, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), tc.rr)
+				var se *apierrors.StatusError
+				if !errors.As(err, &se) {
+					t.Fatalf("err = %v, want a StatusError", err)
+				}
+				st := se.ErrStatus
+				wantDetails := &metav1.StatusDetails{Name: tc.rr.Name, Group: tc.wantGR.Group, Kind: tc.wantGR.Resource}
+				if st.Code != http.StatusForbidden || st.Reason != metav1.StatusReasonForbidden || st.Message != tc.wantMsg || !reflect.DeepEqual(st.Details, wantDetails) {
+					t.Errorf("status = %d %s %q %+v\nwant 403 Forbidden %q %+v", st.Code, st.Reason, st.Message, st.Details, tc.wantMsg, wantDetails)
+				}
+				if got := env.decisions(t); !reflect.DeepEqual(got, map[string]float64{"denied/miss": 1}) {
+					t.Errorf("decisions = %v, want denied/miss=1", got)
+				}
+			})
+		})
+	}
+}
+
+func TestAuthorizeResourceRefusesIncompleteRequests(t *testing.T) {
+	for _, rr := range []proxy.ResourceRequest{
+		{Namespace: "ci", Resource: "services", Subresource: "proxy", Name: "web"},
+		{Namespace: "ci", Verb: "get", Name: "web"},
+	} {
+		env := newTestEnv(t, nil)
+		_, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), rr)
+		if !apierrors.IsInternalError(err) {
+			t.Errorf("%+v: err = %v, want 500", rr, err)
+		}
+		if tr, sars := env.api.calls(); tr != 0 || sars != 0 {
+			t.Errorf("%+v: TokenReviews/SARs = %d/%d, want none", rr, tr, sars)
+		}
+	}
+}
+
+// TestResourceCacheKeyedOnEveryField: a decision cached for one request
+// never answers a request that differs in any one field, so a grant on one
+// object cannot leak to its neighbours.
+func TestResourceCacheKeyedOnEveryField(t *testing.T) {
+	variants := map[string]func(rr *proxy.ResourceRequest){
+		"namespace":   func(rr *proxy.ResourceRequest) { rr.Namespace = "prod" },
+		"verb":        func(rr *proxy.ResourceRequest) { rr.Verb = "create" },
+		"group":       func(rr *proxy.ResourceRequest) { rr.Group = "example.com" },
+		"resource":    func(rr *proxy.ResourceRequest) { rr.Resource = "pods" },
+		"subresource": func(rr *proxy.ResourceRequest) { rr.Subresource = "" },
+		"name":        func(rr *proxy.ResourceRequest) { rr.Name = "http:web:80" },
+	}
+	for field, edit := range variants {
+		t.Run(field, func(t *testing.T) {
+			env := newTestEnv(t, nil)
+			env.api.grant(rule("alice", "get", "", "services/proxy", "ci", "https:web:443"))
+			req := func() *http.Request { return newRequest(bearer("alice-token"), nil) }
+			for range 2 {
+				if _, err := env.authz.AuthorizeResource(context.Background(), req(), webProxyGet); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, sars := env.api.calls(); sars != 1 {
+				t.Fatalf("SARs = %d, want 1: the same request is not cached", sars)
+			}
+			other := webProxyGet
+			edit(&other)
+			if _, err := env.authz.AuthorizeResource(context.Background(), req(), other); !apierrors.IsForbidden(err) {
+				t.Errorf("%+v: err = %v, want its own (forbidden) decision, not the cached one", other, err)
+			}
+			if _, sars := env.api.calls(); sars != 2 {
+				t.Errorf("SARs = %d, want 2", sars)
+			}
+		})
+	}
+}
