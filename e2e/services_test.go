@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,23 +266,13 @@ func enableServiceProxy(t *testing.T) {
 	})
 }
 
-var etcdURLRE = regexp.MustCompile(`--listen-client-urls=(http://127\.0\.0\.1:\d+)`)
-
 // putEndpointSlice writes es into member's storage in etcd, past the
-// apiserver: EndpointSlice validation refuses loopback addresses, and every
-// pod here is a local process on 127.0.0.1 (the e2e runs only on loopback).
-// The apiserver reads JSON from etcd as well as protobuf. etcd's own URL is
-// read from the start line of its log.
+// apiserver: EndpointSlice validation refuses loopback addresses, every pod
+// here is a local process on 127.0.0.1 (the e2e runs only on loopback), and
+// no endpoints controller runs in the members to write one. The apiserver
+// reads JSON from etcd as well as protobuf.
 func putEndpointSlice(t *testing.T, member string, es *discoveryv1.EndpointSlice) {
 	t.Helper()
-	logb, err := os.ReadFile(filepath.Join(testEnv.WorkDir(), "logs", "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := etcdURLRE.FindSubmatch(logb)
-	if m == nil {
-		t.Fatalf("no etcd client URL in etcd.log")
-	}
 	value, err := json.Marshal(es)
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +280,7 @@ func putEndpointSlice(t *testing.T, member string, es *discoveryv1.EndpointSlice
 	key := "/" + member + "/endpointslices/" + es.Namespace + "/" + es.Name
 	etcdKV := func(op string, body map[string]string) {
 		b, _ := json.Marshal(body)
-		resp, err := http.Post(string(m[1])+"/v3/kv/"+op, "application/json", bytes.NewReader(b))
+		resp, err := http.Post(testEnv.EtcdURL()+"/v3/kv/"+op, "application/json", bytes.NewReader(b))
 		if err != nil {
 			t.Fatalf("etcd %s: %v", op, err)
 		}
