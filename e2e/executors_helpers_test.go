@@ -96,6 +96,32 @@ func tryDialGatewayWS(t *testing.T, user, path, rawQuery string, protocols []str
 // carry a path prefix, as the cluster proxy's does).
 func dialWS(t *testing.T, cfg *rest.Config, path, rawQuery string, protocols []string) (*wsSession, refusedUpgrade, error) {
 	t.Helper()
+	conn, resp, err := dialRawWS(t, cfg, path, rawQuery, protocols)
+	if err != nil {
+		return nil, refusal(resp), err
+	}
+	s := &wsSession{
+		conn:     conn,
+		protocol: conn.Subprotocol(),
+		chans:    map[byte]*bytes.Buffer{},
+		done:     make(chan struct{}),
+	}
+	conn.SetPongHandler(func(data string) error {
+		s.mu.Lock()
+		s.pongs = append(s.pongs, data)
+		s.mu.Unlock()
+		return nil
+	})
+	go s.read()
+	t.Cleanup(func() { s.close() })
+	return s, refusedUpgrade{}, nil
+}
+
+// dialRawWS opens a WebSocket GET to path?rawQuery on the server of cfg
+// with cfg's bearer token, offering protocols in order, and returns the
+// connection with the handshake's answer (also when the server refused).
+func dialRawWS(t *testing.T, cfg *rest.Config, path, rawQuery string, protocols []string) (*websocket.Conn, *http.Response, error) {
+	t.Helper()
 	tlsCfg, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -115,30 +141,18 @@ func dialWS(t *testing.T, cfg *rest.Config, path, rawQuery string, protocols []s
 	header := http.Header{"Authorization": {"Bearer " + cfg.BearerToken}}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	conn, resp, err := dialer.DialContext(ctx, u, header)
-	if err != nil {
-		var refused refusedUpgrade
-		if resp != nil {
-			refused.code = resp.StatusCode
-			refused.body, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
-		}
-		return nil, refused, err
+	return dialer.DialContext(ctx, u, header)
+}
+
+// refusal describes resp, the answer to a failed WebSocket handshake (nil
+// when there was none).
+func refusal(resp *http.Response) refusedUpgrade {
+	var r refusedUpgrade
+	if resp != nil {
+		r.code = resp.StatusCode
+		r.body, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
 	}
-	s := &wsSession{
-		conn:     conn,
-		protocol: conn.Subprotocol(),
-		chans:    map[byte]*bytes.Buffer{},
-		done:     make(chan struct{}),
-	}
-	conn.SetPongHandler(func(data string) error {
-		s.mu.Lock()
-		s.pongs = append(s.pongs, data)
-		s.mu.Unlock()
-		return nil
-	})
-	go s.read()
-	t.Cleanup(func() { s.close() })
-	return s, refusedUpgrade{}, nil
+	return r
 }
 
 func (s *wsSession) read() {

@@ -3,21 +3,24 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -132,6 +135,14 @@ func TestServiceProxy(t *testing.T) {
 		})
 		return created
 	}
+	// boundEcho serves httpecho as the Service name, placed on member by
+	// the Service's own ResourceBinding.
+	boundEcho := func(t *testing.T, name, member string) {
+		port := startEcho(t, name, member, nil)
+		svc := karmadaService(t, name, nil)
+		memberService(t, member, name, name, port)
+		createServiceBinding(t, svc, member)
+	}
 	gw := gatewayClient(t, env.UserAdmin)
 	get := func(ctx context.Context, seg, rest string) ([]byte, error) {
 		return gw.CoreV1().RESTClient().Get().
@@ -174,10 +185,7 @@ func TestServiceProxy(t *testing.T) {
 
 	t.Run("placed by its own binding", func(t *testing.T) {
 		const name = "svcproxy-placed"
-		port := startEcho(t, name, "member2", nil)
-		svc := karmadaService(t, name, nil)
-		memberService(t, "member2", name, name, port)
-		createServiceBinding(t, svc, "member2")
+		boundEcho(t, name, "member2")
 		// AbsPath escapes "%", so the pod must see a%252Fb: the escaped
 		// form the client sent, unchanged by the gateway and the proxies.
 		waitAnswer(t, "http:"+name+":http", "/session/a%2Fb", name+" GET /session/a%252Fb?q=a+b")
@@ -190,6 +198,58 @@ func TestServiceProxy(t *testing.T) {
 		karmadaService(t, name, labels)
 		memberService(t, "member1", name, name, port)
 		waitAnswer(t, name+":80", "/", name+" GET /?q=a+b")
+	})
+
+	// GitLab Runner's session server reaches a job service's web terminal
+	// with a WebSocket through the same services/proxy path as its HTTP.
+	t.Run("WebSocket", func(t *testing.T) {
+		const name = "svcproxy-ws"
+		boundEcho(t, name, "member1")
+		seg := name + ":80"
+		// Once plain HTTP answers, the gateway knows the Service.
+		waitAnswer(t, seg, "/", name+" GET /?q=a+b")
+		base := "/api/v1/namespaces/" + env.Namespace + "/services/" + seg + "/proxy"
+		cfg, err := testEnv.GatewayConfig(env.UserAdmin)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		t.Run("echo", func(t *testing.T) {
+			// The echo's protocol offered second: an offer narrowed to the
+			// first protocol would get no subprotocol back.
+			protocols := []string{"v9.unknown.e2e", httpechoWSProtocol}
+			// No query: the member kube-apiserver's service proxy drops it on
+			// upgrades (kubernetes/kubernetes#77142), past the gateway's reach.
+			conn, resp, err := dialRawWS(t, cfg, base+httpechoWSPath, "", protocols)
+			if err != nil {
+				t.Fatalf("WebSocket through the gateway: %v (%s)", err, refusal(resp))
+			}
+			defer conn.Close()
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Errorf("handshake answered %s, want 101", resp.Status)
+			}
+			if got := conn.Subprotocol(); got != httpechoWSProtocol {
+				t.Errorf("negotiated subprotocol %q, want %q", got, httpechoWSProtocol)
+			}
+			if got, want := resp.Header.Get("X-Httpecho"), name+" GET "+httpechoWSPath+"?"; got != want {
+				t.Errorf("the pod saw %q, want %q", got, want)
+			}
+			wsEchoRoundTrips(t, conn)
+			wsCloseCleanly(t, conn)
+		})
+
+		t.Run("refused upgrade relayed as-is", func(t *testing.T) {
+			conn, resp, err := dialRawWS(t, cfg, base+"/no-such-ws", "", []string{httpechoWSProtocol})
+			if err == nil {
+				conn.Close()
+				t.Fatal("upgraded, want the pod's 404")
+			}
+			got := refusal(resp)
+			want := refusedUpgrade{code: http.StatusNotFound, body: []byte(name + ": no WebSocket endpoint at /no-such-ws")}
+			if got.code != want.code || !bytes.Equal(got.body, want.body) {
+				t.Fatalf("answer %s, want %s (%v)", got, want, err)
+			}
+		})
 	})
 
 	t.Run("selected pods on both members", func(t *testing.T) {
@@ -222,6 +282,69 @@ func TestServiceProxy(t *testing.T) {
 			t.Fatalf("want the NotFound Status, got %+v, %v", st, err)
 		}
 	})
+}
+
+// httpecho's WebSocket echo (see cmd/httpecho).
+const (
+	httpechoWSPath     = "/ws"
+	httpechoWSProtocol = "echo.httpecho.e2e"
+)
+
+// wsEchoRoundTrips sends text and binary messages, one of 1 MiB (many
+// frames, since the dialer's write buffer is smaller), one at a time, and
+// checks that each comes back whole, with its type.
+func wsEchoRoundTrips(t *testing.T, conn *websocket.Conn) {
+	t.Helper()
+	big := make([]byte, 1<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []struct {
+		typ  int
+		data []byte
+	}{
+		{websocket.TextMessage, []byte("hello through services/proxy")},
+		{websocket.BinaryMessage, []byte{0, 1, 2, 0xff, '\r', '\n'}},
+		{websocket.BinaryMessage, big},
+		{websocket.TextMessage, []byte("après le gros")},
+	}
+	// A deadline, so a lost echo fails the test instead of hanging it.
+	if err := conn.SetReadDeadline(time.Now().Add(60 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range msgs {
+		if err := conn.WriteMessage(m.typ, m.data); err != nil {
+			t.Fatalf("send message %d: %v", i, err)
+		}
+		typ, data, err := conn.ReadMessage()
+		if err != nil {
+			t.Fatalf("read the echo of message %d: %v", i, err)
+		}
+		if sent, got := sha256.Sum256(m.data), sha256.Sum256(data); typ != m.typ || sent != got {
+			t.Errorf("message %d: sent %d bytes of type %d (sha256 %x), got %d bytes of type %d (sha256 %x)",
+				i, len(m.data), m.typ, sent[:8], len(data), typ, got[:8])
+		}
+	}
+}
+
+// wsCloseCleanly closes with 1000, expects the peer's 1000 back, then the
+// end of the connection: a tunnel left open after the close handshake
+// would be the gateway's leak.
+func wsCloseCleanly(t *testing.T, conn *websocket.Conn) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	if err := conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "done"), deadline); err != nil {
+		t.Fatalf("send close: %v", err)
+	}
+	if err := conn.SetReadDeadline(deadline); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := conn.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("after our close: %v, want the peer's close 1000", err)
+	}
+	if _, err := conn.NetConn().Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) || err == nil {
+		t.Errorf("the connection stayed open after the close handshake (read: %v)", err)
+	}
 }
 
 // enableServiceProxy grants the gateway list/watch on services and restarts
@@ -268,23 +391,13 @@ func enableServiceProxy(t *testing.T) {
 	})
 }
 
-var etcdURLRE = regexp.MustCompile(`--listen-client-urls=(http://127\.0\.0\.1:\d+)`)
-
 // putEndpointSlice writes es into member's storage in etcd, past the
-// apiserver: EndpointSlice validation refuses loopback addresses, and every
-// pod here is a local process on 127.0.0.1 (the e2e runs only on loopback).
-// The apiserver reads JSON from etcd as well as protobuf. etcd's own URL is
-// read from the start line of its log.
+// apiserver: EndpointSlice validation refuses loopback addresses, every pod
+// here is a local process on 127.0.0.1 (the e2e runs only on loopback), and
+// no endpoints controller runs in the members to write one. The apiserver
+// reads JSON from etcd as well as protobuf.
 func putEndpointSlice(t *testing.T, member string, es *discoveryv1.EndpointSlice) {
 	t.Helper()
-	logb, err := os.ReadFile(filepath.Join(testEnv.WorkDir(), "logs", "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := etcdURLRE.FindSubmatch(logb)
-	if m == nil {
-		t.Fatalf("no etcd client URL in etcd.log")
-	}
 	value, err := json.Marshal(es)
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +405,7 @@ func putEndpointSlice(t *testing.T, member string, es *discoveryv1.EndpointSlice
 	key := "/" + member + "/endpointslices/" + es.Namespace + "/" + es.Name
 	etcdKV := func(op string, body map[string]string) {
 		b, _ := json.Marshal(body)
-		resp, err := http.Post(string(m[1])+"/v3/kv/"+op, "application/json", bytes.NewReader(b))
+		resp, err := http.Post(testEnv.EtcdURL()+"/v3/kv/"+op, "application/json", bytes.NewReader(b))
 		if err != nil {
 			t.Fatalf("etcd %s: %v", op, err)
 		}

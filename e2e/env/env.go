@@ -382,6 +382,11 @@ func (e *Env) CAPEM() []byte { return slices.Clone(e.ca.certPEM) }
 // Token returns user's static token (a karmada user or a member impersonator).
 func (e *Env) Token(user string) string { return e.tokens[user] }
 
+// EtcdURL is the client URL of the etcd every apiserver stores in, each
+// under the prefix "/" + its name (KarmadaName or the member's).
+// It is for tests that must write what an apiserver would refuse.
+func (e *Env) EtcdURL() string { return e.etcdURL }
+
 // KarmadaURL is karmada-apiserver's base URL.
 func (e *Env) KarmadaURL() string { return e.karmada.url() }
 
