@@ -75,7 +75,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.maxStreams, "max-streams", 2000, "most upgraded (exec, attach, port-forward) and streaming (watch, log -f) requests open at once; over it clients get 429 (0 = unlimited)")
 	fs.IntVar(&o.maxStreamsPerClient, "max-streams-per-client", 200, "most such streams open at once per client identity (bearer token hash, verified client certificate subject, else remote IP); over it clients get 429 (0 = unlimited)")
 	fs.BoolVar(&o.enableServiceProxy, "enable-service-proxy", false, "rewrite services/{name}/proxy to the cluster proxy of the Service's member cluster (needs list/watch on services; passthrough mode only)")
-	fs.BoolVar(&o.mergeMemberEvents, "merge-member-events", true, "merge the member cluster's events into events lists and watches scoped to one pod (fieldSelector involvedObject.name=<pod>), rewritten to the template's UID (passthrough mode only)")
+	fs.BoolVar(&o.mergeMemberEvents, "merge-member-events", true, "merge the member cluster's events into events lists and watches scoped to one pod (fieldSelector involvedObject.name=<pod>), rewritten to the template's UID; in authorize mode the member's are read with the gateway's identity once a SubjectAccessReview allows the caller to list or watch events in the namespace")
 	return o
 }
 

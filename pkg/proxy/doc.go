@@ -20,12 +20,14 @@
 //     no segment that is or decodes to a dot segment. Authorize mode answers
 //     501: the Authorizer decides pod subresources only.
 //   - Member pod events (events.go, eventswatch.go), when
-//     Options.MergeMemberEvents is set (passthrough mode only): a GET
+//     Options.MergeMemberEvents is set: a GET
 //     /api/v1/namespaces/<ns>/events list or watch whose fieldSelector pins
 //     involvedObject.name=<pod> with equality is answered with
 //     karmada-apiserver's events plus the member's events for that pod, both
 //     read with the caller's own headers (the member's through the cluster
-//     proxy, so the member's RBAC applies). The selector may also pin
+//     proxy, so the member's RBAC applies; in authorize mode the member's
+//     are read with the gateway's identity, each read first allowed by the
+//     Authorizer as list or watch of events in the namespace). The selector may also pin
 //     kind=Pod, namespace=<ns>, apiVersion=v1 and uid (checked against the
 //     template), and filter on type, reason, source, reportingComponent and
 //     involvedObject.fieldPath with any operator (passed to the member as
@@ -44,9 +46,8 @@
 //     failover; a member that cannot be read is reported in the stream as a
 //     Warning event with reason MemberEventsUnavailable. Label selectors,
 //     exact resourceVersion matches, Table/PartialObjectMetadata or
-//     protobuf-only Accept, the legacy /watch/ paths, events.k8s.io, and
-//     authorize mode (no caller credential for the member) pass through
-//     unchanged.
+//     protobuf-only Accept, the legacy /watch/ paths and events.k8s.io pass
+//     through unchanged.
 //   - Proxying is httputil.ReverseProxy with the Rewrite hook. Rewrite restores
 //     what ReverseProxy changes for safety in generic proxies but that would
 //     break byte-for-byte passthrough here: the raw query (cleanQueryParams

@@ -191,29 +191,68 @@ func routeEvents(merge http.HandlerFunc) func(http.Handler) http.Handler {
 	}
 }
 
+// eventsMerge is one merged events request: what it asks, and whose
+// credentials the gateway's reads for it carry.
+type eventsMerge struct {
+	eventsRequest
+	r *http.Request
+	// karmada reads karmada-apiserver's events and the pod template, as
+	// passthrough would send the request.
+	karmada upstreamIdentity
+}
+
 // serveEvents merges the member cluster's events for a federated pod into
 // karmada-apiserver's events list or watch.
 func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
 	er, ok := parseEventsRequest(r)
-	// Authorize mode has no caller credential to send to the member and the
-	// Authorizer decides pod subresources only, so it does not merge.
-	if !ok || p.authMode == AuthAuthorize {
+	if !ok {
 		p.servePassthrough(w, r)
 		return
 	}
-	if er.Watch {
-		stateFrom(r.Context()).route = metrics.RouteEvents
-		p.serveEventsWatch(w, r, er)
+	id, err := p.passthroughIdentity(ctx, r)
+	if err != nil {
+		writeStatus(w, err)
 		return
 	}
-	p.serveEventsList(w, r, er)
+	stateFrom(ctx).certVerified = id.certVerified
+	em := &eventsMerge{eventsRequest: er, r: r, karmada: id}
+	if er.Watch {
+		stateFrom(ctx).route = metrics.RouteEvents
+		p.serveEventsWatch(w, em)
+		return
+	}
+	p.serveEventsList(w, em)
+}
+
+// memberIdentity is how the member's events are read: with the caller's
+// headers in passthrough mode, so the member's RBAC for the caller
+// applies; in authorize mode with the gateway's identity, each read
+// allowed first by the Authorizer as verb (list or watch) on events in the
+// namespace in karmada-apiserver, so callers keep the RBAC they have there
+// and need nothing in members.
+func (p *Proxy) memberIdentity(em *eventsMerge, verb string) upstreamIdentity {
+	if p.authMode != AuthAuthorize {
+		return upstreamIdentity{}
+	}
+	return upstreamIdentity{
+		gateway:    true,
+		editHeader: StripIdentityHeaders,
+		authorize: func(ctx context.Context) error {
+			_, err := p.authorizer.AuthorizeResource(ctx, em.r, ResourceRequest{
+				Namespace: em.Namespace, Verb: verb, Resource: "events",
+			})
+			return err
+		},
+	}
 }
 
 // serveEventsList answers a list. Every step that cannot merge falls back to
 // karmada-apiserver's answer (pod not placed, or a non-200 from
 // karmada-apiserver, relayed as is); a member that cannot be read is
 // reported in a Warning header while karmada's events are still returned.
-func (p *Proxy) serveEventsList(w http.ResponseWriter, r *http.Request, er eventsRequest) {
+func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
+	r, er := em.r, em.eventsRequest
 	ctx := r.Context()
 	logger := klog.FromContext(ctx).WithValues("namespace", er.Namespace, "pod", er.Pod)
 	cluster, err := p.resolver.Resolve(ctx, er.Namespace, er.Pod)
@@ -224,7 +263,7 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, r *http.Request, er event
 	}
 	stateFrom(ctx).route = metrics.RouteEvents
 
-	res, err := p.callerGet(ctx, r, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
+	res, err := p.get(ctx, r, em.karmada, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
 	if err != nil {
 		p.handleError(w, r, err)
 		return
@@ -245,7 +284,7 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, r *http.Request, er event
 	// contains them exactly once.
 	var warning string
 	if list.Continue == "" {
-		members, err := p.listMemberEvents(ctx, r, er, cluster, list.ResourceVersion)
+		members, err := p.listMemberEvents(ctx, em, cluster, list.ResourceVersion)
 		if err != nil {
 			logger.V(2).Info("Member events unavailable", "cluster", cluster, "err", err)
 			warning = memberUnavailableMessage(cluster, err)
@@ -281,36 +320,36 @@ func relayResponse(w http.ResponseWriter, res *http.Response, body []byte) {
 }
 
 // listMemberEvents lists the member's events for the pod through the
-// cluster proxy with the caller's credentials, rewritten by
-// rewriteMemberEvent with karmada-apiserver's list resourceVersion, and
-// remembers where the member stood, so a watch from that resourceVersion
-// continues the member's events exactly (eventCursors).
-func (p *Proxy) listMemberEvents(ctx context.Context, r *http.Request, er eventsRequest, cluster, karmadaRV string) ([]corev1.Event, error) {
-	pod, err := p.readTemplate(ctx, r, er)
+// cluster proxy, rewritten by rewriteMemberEvent with karmada-apiserver's
+// list resourceVersion, and remembers where the member stood, so a watch
+// from that resourceVersion continues the member's events exactly
+// (eventCursors).
+func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster, karmadaRV string) ([]corev1.Event, error) {
+	pod, err := p.readTemplate(ctx, em)
 	if err != nil || pod == nil {
 		return nil, err
 	}
 	var list corev1.EventList
-	if err := p.callerGetJSON(ctx, r, memberEventsPath(cluster, er, nil), &list); err != nil {
+	if err := p.getJSON(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), &list); err != nil {
 		return nil, err
 	}
 	for i := range list.Items {
 		rewriteMemberEvent(&list.Items[i], cluster, pod)
 		list.Items[i].ResourceVersion = karmadaRV
 	}
-	p.eventCursors.remember(er, karmadaRV, memberCursor{cluster: cluster, resourceVersion: list.ResourceVersion})
+	p.eventCursors.remember(em.eventsRequest, karmadaRV, memberCursor{cluster: cluster, resourceVersion: list.ResourceVersion})
 	return list.Items, nil
 }
 
 // readTemplate reads the pod template the request is about. A nil pod and
 // no error mean the caller pinned another incarnation's UID: the member's
 // events are not about it.
-func (p *Proxy) readTemplate(ctx context.Context, r *http.Request, er eventsRequest) (*corev1.Pod, error) {
+func (p *Proxy) readTemplate(ctx context.Context, em *eventsMerge) (*corev1.Pod, error) {
 	var pod corev1.Pod
-	if err := p.callerGetJSON(ctx, r, "/api/v1/namespaces/"+er.Namespace+"/pods/"+er.Pod, &pod); err != nil {
+	if err := p.getJSON(ctx, em.r, em.karmada, "/api/v1/namespaces/"+em.Namespace+"/pods/"+em.Pod, &pod); err != nil {
 		return nil, fmt.Errorf("reading the pod template: %w", err)
 	}
-	if er.UID != "" && types.UID(er.UID) != pod.UID {
+	if em.UID != "" && types.UID(em.UID) != pod.UID {
 		return nil, nil
 	}
 	return &pod, nil
@@ -342,8 +381,45 @@ func rewriteMemberEvent(ev *corev1.Event, cluster string, pod *corev1.Pod) {
 	ev.Annotations[MemberClusterAnnotation] = cluster
 }
 
-func (p *Proxy) callerGetJSON(ctx context.Context, r *http.Request, pathAndQuery string, into any) error {
-	res, err := p.callerGet(ctx, r, pathAndQuery)
+// upstreamIdentity is whose credentials a request the gateway sends on a
+// client's behalf carries.
+type upstreamIdentity struct {
+	// gateway sends the gateway's own credentials; otherwise the client's
+	// headers go as they came.
+	gateway bool
+	// editHeader, when set, edits the headers copied from the client.
+	editHeader func(http.Header)
+	// authorize, when set, must allow each request before it is sent.
+	authorize func(context.Context) error
+	// certVerified: the Authorizer accepted the client's certificate.
+	certVerified bool
+}
+
+// passthroughIdentity is how servePassthrough sends r: the client's own
+// headers, except in authorize mode for a caller who presented only a
+// client certificate, which cannot be forwarded: the gateway authenticates
+// it and impersonates the caller with its own identity.
+func (p *Proxy) passthroughIdentity(ctx context.Context, r *http.Request) (upstreamIdentity, error) {
+	if p.authMode != AuthAuthorize || hasBearerToken(r) || !hasClientCertificate(r) {
+		return upstreamIdentity{}, nil
+	}
+	caller, err := p.authorizer.Authenticate(ctx, r)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Client certificate not authenticated", "err", err)
+		return upstreamIdentity{}, err
+	}
+	return upstreamIdentity{
+		gateway:      true,
+		certVerified: true,
+		editHeader: func(h http.Header) {
+			StripIdentityHeaders(h)
+			setImpersonation(h, caller)
+		},
+	}, nil
+}
+
+func (p *Proxy) getJSON(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery string, into any) error {
+	res, err := p.get(ctx, r, as, pathAndQuery)
 	if err != nil {
 		return err
 	}
@@ -358,10 +434,15 @@ func (p *Proxy) callerGetJSON(ctx context.Context, r *http.Request, pathAndQuery
 	return json.Unmarshal(body, into)
 }
 
-// callerGet sends a GET with the client's own headers (its credentials and
-// any Impersonate-* it sent) to pathAndQuery below the upstream, asking for
-// JSON.
-func (p *Proxy) callerGet(ctx context.Context, r *http.Request, pathAndQuery string) (*http.Response, error) {
+// get sends a GET for pathAndQuery below the upstream on r's behalf, as as
+// says, asking for JSON. The client's headers are copied but for hop-by-hop
+// ones and Accept-Encoding (the gateway reads the body itself).
+func (p *Proxy) get(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery string) (*http.Response, error) {
+	if as.authorize != nil {
+		if err := as.authorize(ctx); err != nil {
+			return nil, err
+		}
+	}
 	target := p.upstream.base.String() + pathAndQuery
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
@@ -372,7 +453,10 @@ func (p *Proxy) callerGet(ctx context.Context, r *http.Request, pathAndQuery str
 		req.Header.Del(h)
 	}
 	req.Header.Set("Accept", "application/json")
-	return p.upstream.caller.RoundTrip(req)
+	if as.editHeader != nil {
+		as.editHeader(req.Header)
+	}
+	return p.upstream.transport(as.gateway, false).RoundTrip(req)
 }
 
 func statusMessage(body []byte) string {

@@ -117,7 +117,8 @@ func (e *eventCursors) lookup(er eventsRequest, karmadaRV string) (memberCursor,
 // (timeoutSeconds included); member watches are re-established behind it,
 // and a member that cannot be read is reported in the stream as a Warning
 // event with reason MemberEventsUnavailable.
-func (p *Proxy) serveEventsWatch(w http.ResponseWriter, r *http.Request, er eventsRequest) {
+func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
+	r, er := em.r, em.eventsRequest
 	ctx := r.Context()
 	state := stateFrom(ctx)
 	state.streaming = true
@@ -134,7 +135,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, r *http.Request, er even
 	startRV := er.ResourceVersion
 	if !er.SendInitialEvents && (startRV == "" || startRV == "0") {
 		watchQuery := r.URL.Query()
-		list, res, body, err := p.listKarmadaEvents(ctx, r, watchQuery)
+		list, res, body, err := p.listKarmadaEvents(ctx, em, watchQuery)
 		if err != nil {
 			p.handleError(w, r, err)
 			return
@@ -147,7 +148,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, r *http.Request, er even
 		watchQuery.Set("resourceVersion", startRV)
 		rawQuery = watchQuery.Encode()
 	}
-	res, err := p.callerGet(ctx, r, r.URL.EscapedPath()+"?"+rawQuery)
+	res, err := p.get(ctx, r, em.karmada, r.URL.EscapedPath()+"?"+rawQuery)
 	if err != nil {
 		p.handleError(w, r, err)
 		return
@@ -184,7 +185,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, r *http.Request, er even
 	karmadaEvents := make(chan karmadaWatchEvent)
 	go readKarmadaWatch(ctx, res.Body, karmadaEvents)
 	memberMsgs := make(chan memberMsg, 16)
-	mw := &memberEventWatch{p: p, r: r, er: er, out: memberMsgs, seen: map[string]string{}}
+	mw := &memberEventWatch{p: p, em: em, out: memberMsgs, seen: map[string]string{}}
 	go mw.run(ctx, start)
 	m.serve(ctx, karmadaEvents, memberMsgs)
 }
@@ -192,9 +193,9 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, r *http.Request, er even
 // listKarmadaEvents lists karmada-apiserver's events for the watch's
 // selector. A nil list with a response means karmada-apiserver refused it:
 // relay that.
-func (p *Proxy) listKarmadaEvents(ctx context.Context, r *http.Request, watchQuery url.Values) (*corev1.EventList, *http.Response, []byte, error) {
+func (p *Proxy) listKarmadaEvents(ctx context.Context, em *eventsMerge, watchQuery url.Values) (*corev1.EventList, *http.Response, []byte, error) {
 	q := url.Values{"fieldSelector": watchQuery["fieldSelector"]}
-	res, err := p.callerGet(ctx, r, r.URL.EscapedPath()+"?"+q.Encode())
+	res, err := p.get(ctx, em.r, em.karmada, em.r.URL.EscapedPath()+"?"+q.Encode())
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -386,15 +387,14 @@ type memberMsg struct {
 var errMemberGone = errors.New("member resourceVersion too old")
 
 // memberEventWatch follows the pod's events in the member cluster it
-// resolves to, through the cluster proxy with the caller's credentials: it
+// resolves to, through the cluster proxy (memberIdentity): it
 // waits for the pod to be placed, lists what it has not sent yet, watches,
 // re-establishes the watch when it ends, lists again when the member
 // forgot its resourceVersion, and moves along when the pod moves to
 // another cluster.
 type memberEventWatch struct {
 	p   *Proxy
-	r   *http.Request
-	er  eventsRequest
+	em  *eventsMerge
 	out chan<- memberMsg
 	// seen is what was sent, by cluster/uid: its resourceVersion.
 	seen map[string]string
@@ -407,7 +407,7 @@ type memberEventWatch struct {
 }
 
 func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
-	logger := klog.FromContext(ctx).WithValues("namespace", m.er.Namespace, "pod", m.er.Pod)
+	logger := klog.FromContext(ctx).WithValues("namespace", m.em.Namespace, "pod", m.em.Pod)
 	timing := m.p.eventWatchTiming
 	newBackoff := func() wait.Backoff {
 		return wait.Backoff{Duration: timing.retryBase, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: timing.retryCap}
@@ -415,7 +415,7 @@ func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 	backoff := newBackoff()
 	var template *corev1.Pod
 	for ctx.Err() == nil {
-		cluster, err := m.p.resolver.Resolve(ctx, m.er.Namespace, m.er.Pod)
+		cluster, err := m.p.resolver.Resolve(ctx, m.em.Namespace, m.em.Pod)
 		if err != nil || len(validation.IsDNS1123Label(cluster)) > 0 {
 			// Not placed (yet): the member part of the initial state is empty.
 			m.markSynced(ctx)
@@ -425,7 +425,7 @@ func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 			continue
 		}
 		if template == nil || cursor.cluster != cluster {
-			template, err = m.p.readTemplate(ctx, m.r, m.er)
+			template, err = m.p.readTemplate(ctx, m.em)
 			if err != nil {
 				m.reportFailure(ctx, logger, cluster, template, err)
 				if !sleepCtx(ctx, backoff.Step()) {
@@ -483,7 +483,7 @@ func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 // changed since, and returns the list's resourceVersion.
 func (m *memberEventWatch) list(ctx context.Context, cluster string, template *corev1.Pod) (string, error) {
 	var list corev1.EventList
-	if err := m.p.callerGetJSON(ctx, m.r, memberEventsPath(cluster, m.er, nil), &list); err != nil {
+	if err := m.p.getJSON(ctx, m.em.r, m.p.memberIdentity(m.em, "list"), memberEventsPath(cluster, m.em.eventsRequest, nil), &list); err != nil {
 		return "", err
 	}
 	for i := range list.Items {
@@ -514,10 +514,10 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 	defer cancel()
 	go m.cancelOnMove(ctx, cancel, cursor.cluster)
 
-	path := memberEventsPath(cursor.cluster, m.er, url.Values{
+	path := memberEventsPath(cursor.cluster, m.em.eventsRequest, url.Values{
 		"watch": {"true"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {cursor.resourceVersion},
 	})
-	res, err := m.p.callerGet(ctx, m.r, path)
+	res, err := m.p.get(ctx, m.em.r, m.p.memberIdentity(m.em, "watch"), path)
 	if err != nil {
 		return cursor, err
 	}
@@ -581,7 +581,7 @@ func (m *memberEventWatch) cancelOnMove(ctx context.Context, cancel context.Canc
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if c, err := m.p.resolver.Resolve(ctx, m.er.Namespace, m.er.Pod); err != nil || c != cluster {
+			if c, err := m.p.resolver.Resolve(ctx, m.em.Namespace, m.em.Pod); err != nil || c != cluster {
 				cancel()
 				return
 			}
@@ -610,10 +610,10 @@ func (m *memberEventWatch) reportFailure(ctx context.Context, logger klog.Logger
 		typ = watch.Added
 		m.unavailable = &corev1.Event{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: m.er.Pod + ".member-events-unavailable", Namespace: m.er.Namespace, UID: uuid.NewUUID(),
+				Name: m.em.Pod + ".member-events-unavailable", Namespace: m.em.Namespace, UID: uuid.NewUUID(),
 				CreationTimestamp: now,
 			},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: m.er.Namespace, Name: m.er.Pod},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: m.em.Namespace, Name: m.em.Pod},
 			Reason:         memberUnavailableReason,
 			Type:           corev1.EventTypeWarning,
 			Source:         corev1.EventSource{Component: "karmada-exec-gateway"},

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
@@ -208,7 +209,10 @@ func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts Options) (
 	t.Helper()
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
-	opts.Upstream = &rest.Config{Host: up.URL}
+	if opts.Upstream == nil {
+		opts.Upstream = &rest.Config{}
+	}
+	opts.Upstream.Host = up.URL
 	opts.Resolver = res
 	opts.MergeMemberEvents = true
 	p := newTestProxy(t, opts)
@@ -571,4 +575,97 @@ func TestEventsWatchHoldsAStreamSlot(t *testing.T) {
 	if second.res.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("second watch: status %d, want 429", second.res.StatusCode)
 	}
+}
+
+// TestEventsAuthorizeMode: in authorize mode karmada-apiserver's events are
+// read as passthrough sends the request (the caller's token), and the
+// member's with the gateway's identity once the Authorizer allows the caller
+// to list or watch events in the namespace; a denial is reported like any
+// member that cannot be read.
+func TestEventsAuthorizeMode(t *testing.T) {
+	memberPath := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
+	gatewayFor := func(t *testing.T, authz *fakeAuthorizer) (*httptest.Server, *fakeWatchAPI) {
+		api := newFakeWatchAPI()
+		gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{
+			Upstream: &rest.Config{BearerToken: "gateway-token"}, AuthMode: AuthAuthorize, Authorizer: authz,
+		})
+		return gw, api
+	}
+	checkIdentities := func(t *testing.T, api *fakeWatchAPI) {
+		t.Helper()
+		for _, r := range api.requests("/api/v1/namespaces/ci/events") {
+			if r.Header.Get("Authorization") != "Bearer caller-token" {
+				t.Errorf("karmada-apiserver read %s with Authorization %q, want the caller's", r.URL, r.Header.Get("Authorization"))
+			}
+		}
+		for _, r := range api.requests(memberPath) {
+			if r.Header.Get("Authorization") != "Bearer gateway-token" || len(r.Header.Values("Impersonate-User")) != 0 {
+				t.Errorf("member read %s with Authorization %q, Impersonate-User %v; want the gateway's identity alone", r.URL, r.Header.Get("Authorization"), r.Header.Values("Impersonate-User"))
+			}
+		}
+	}
+
+	t.Run("list allowed", func(t *testing.T) {
+		authz := &fakeAuthorizer{caller: Caller{Name: "runner"}}
+		gw, api := gatewayFor(t, authz)
+		req, _ := http.NewRequest(http.MethodGet, gw.URL+eventsTarget("involvedObject.name=build", ""), nil)
+		req.Header.Set("Authorization", "Bearer caller-token")
+		req.Header.Set("Impersonate-User", "someone-else")
+		res, err := gw.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list corev1.EventList
+		err = json.NewDecoder(res.Body).Decode(&list)
+		res.Body.Close()
+		if err != nil || len(list.Items) != 2 || list.Items[1].Annotations[MemberClusterAnnotation] != "member1" {
+			t.Fatalf("want karmada's and the member's event: %v %+v", err, list.Items)
+		}
+		if len(api.requests(memberPath)) != 1 {
+			t.Fatalf("member requests: %v", urls(api.requests(memberPath)))
+		}
+		checkIdentities(t, api)
+		want := []ResourceRequest{{Namespace: "ci", Verb: "list", Resource: "events"}}
+		if got := authz.authorized; len(got) != 1 || got[0] != want[0] {
+			t.Errorf("authorized %+v, want %+v", got, want)
+		}
+	})
+
+	t.Run("list denied", func(t *testing.T) {
+		deny := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", errors.New(`User "runner" cannot list resource "events"`))
+		gw, api := gatewayFor(t, &fakeAuthorizer{deny: deny})
+		req, _ := http.NewRequest(http.MethodGet, gw.URL+eventsTarget("involvedObject.name=build", ""), nil)
+		req.Header.Set("Authorization", "Bearer caller-token")
+		res, err := gw.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if w := res.Header.Get("Warning"); res.StatusCode != http.StatusOK || !strings.Contains(w, "member events from member1 unavailable") || !strings.Contains(w, "cannot list resource") {
+			t.Fatalf("status %d, Warning %q", res.StatusCode, w)
+		}
+		if n := len(api.requests(memberPath)); n != 0 {
+			t.Fatalf("%d member requests after a denial", n)
+		}
+	})
+
+	t.Run("watch allowed", func(t *testing.T) {
+		authz := &fakeAuthorizer{caller: Caller{Name: "runner"}}
+		gw, api := gatewayFor(t, authz)
+		w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+		wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+		wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+		api.member("member1").watch <- eventLine("ADDED", testEvent("build.2", "150", memberUID, "Pulled"))
+		wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.2", karmadaRV)
+		checkIdentities(t, api)
+		authz.mu.Lock()
+		defer authz.mu.Unlock()
+		var verbs []string
+		for _, rr := range authz.authorized {
+			verbs = append(verbs, rr.Verb)
+		}
+		if strings.Join(verbs, ",") != "list,watch" {
+			t.Errorf("authorized verbs %v, want list then watch on events", verbs)
+		}
+	})
 }

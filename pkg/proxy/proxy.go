@@ -53,8 +53,9 @@ type Options struct {
 	// MergeMemberEvents makes core/v1 events lists and watches scoped to one
 	// pod (fieldSelector involvedObject.name=<pod>) include the member
 	// cluster's events for it, rewritten to the template's UID (events.go,
-	// eventswatch.go; passthrough mode only). False passes them through
-	// unchanged.
+	// eventswatch.go; in authorize mode the member's are read with the
+	// gateway's identity once the Authorizer allows the caller to list or
+	// watch events in the namespace). False passes them through unchanged.
 	MergeMemberEvents bool
 	// AuthMode defaults to AuthPassthrough.
 	AuthMode AuthMode
@@ -150,7 +151,7 @@ func New(opts Options) (*Proxy, error) {
 		serviceProxy = p.serveServiceProxy
 	}
 	var events http.HandlerFunc
-	if opts.MergeMemberEvents && opts.AuthMode == AuthPassthrough {
+	if opts.MergeMemberEvents {
 		events = p.serveEvents
 	}
 	p.router = newRouter(p.serveRewrite, p.servePassthrough, serviceProxy, events)
@@ -273,22 +274,12 @@ func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	state.path, state.rawPath = r.URL.Path, r.URL.RawPath
 
-	if p.authMode == AuthAuthorize && !hasBearerToken(r) && hasClientCertificate(r) {
-		// A client certificate cannot be forwarded: the gateway authenticates
-		// it and impersonates the caller with its own identity.
-		caller, err := p.authorizer.Authenticate(ctx, r)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Client certificate not authenticated", "err", err)
-			writeStatus(w, err)
-			return
-		}
-		state.certVerified = true
-		state.gatewayIdentity = true
-		state.editHeader = func(h http.Header) {
-			StripIdentityHeaders(h)
-			setImpersonation(h, caller)
-		}
+	id, err := p.passthroughIdentity(ctx, r)
+	if err != nil {
+		writeStatus(w, err)
+		return
 	}
+	state.certVerified, state.gatewayIdentity, state.editHeader = id.certVerified, id.gateway, id.editHeader
 	p.forward(w, r)
 }
 
