@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
@@ -31,14 +32,7 @@ func TestMemberPodEvents(t *testing.T) {
 
 	ev := createMemberEvent(t, "member1", name, "e2e-image-pull", corev1.EventTypeWarning, "Failed", "Failed to pull image \"nope\": ErrImagePull")
 
-	karmadaCS, err := testEnv.KarmadaClient(env.UserAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	template, err := karmadaCS.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	karmadaCS, template := podTemplate(t, name)
 	if template.UID == ev.InvolvedObject.UID {
 		t.Fatalf("template and member pod share UID %s; the test proves nothing", template.UID)
 	}
@@ -147,14 +141,7 @@ func TestMemberPodEventsWatch(t *testing.T) {
 
 	createPlacedPod(t, sleepPod(name), []string{member})
 	waitPlaced(t, name, member)
-	karmadaCS, err := testEnv.KarmadaClient(env.UserAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	template, err := karmadaCS.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, template := podTemplate(t, name)
 
 	pull := createMemberEvent(t, member, name, "pull", corev1.EventTypeWarning, "Failed", "Failed to pull image \"nope\": ErrImagePull")
 	started := createMemberEvent(t, member, name, "started", corev1.EventTypeNormal, "Started", "Started container main")
@@ -224,4 +211,18 @@ func nextMemberEvent(t *testing.T, w watch.Interface, message string) *corev1.Ev
 			t.Fatalf("no member event %q through the gateway's events watch within 30s", message)
 		}
 	}
+}
+
+// podTemplate reads the template name from karmada-apiserver as admin.
+func podTemplate(t *testing.T, name string) (kubernetes.Interface, *corev1.Pod) {
+	t.Helper()
+	karmadaCS, err := testEnv.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template, err := karmadaCS.CoreV1().Pods(env.Namespace).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return karmadaCS, template
 }

@@ -126,34 +126,32 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		code, items := a.karmadaCode[map[bool]string{false: "list", true: "watch"}[isWatch]], a.karmadaItems
 		a.mu.Unlock()
-		switch {
-		case code != 0:
-			writeJSON(w, code, forbiddenStatus())
-		case isWatch:
-			streamLines(w, r, a.karmadaWatch)
-		default:
-			writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV}, Items: items})
-		}
+		serveEvents(w, r, isWatch, code, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV}, Items: items}, a.karmadaWatch)
 		return
 	}
 	for name, m := range a.members {
-		if r.URL.Path != karmada.ClusterProxyPath(name, "/api/v1/namespaces/ci/events") {
-			continue
+		if r.URL.Path == karmada.ClusterProxyPath(name, "/api/v1/namespaces/ci/events") {
+			a.mu.Lock()
+			code, list := m.code, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: m.listRV}, Items: m.items}
+			a.mu.Unlock()
+			serveEvents(w, r, isWatch, code, list, m.watch)
+			return
 		}
-		a.mu.Lock()
-		code, items, rv := m.code, m.items, m.listRV
-		a.mu.Unlock()
-		switch {
-		case code != 0:
-			writeJSON(w, code, forbiddenStatus())
-		case isWatch:
-			streamLines(w, r, m.watch)
-		default:
-			writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: rv}, Items: items})
-		}
-		return
 	}
 	http.NotFound(w, r)
+}
+
+// serveEvents answers an events list with list, a watch with lines, or
+// either with a refusal when code is not 0.
+func serveEvents(w http.ResponseWriter, r *http.Request, isWatch bool, code int, list *corev1.EventList, lines <-chan string) {
+	switch {
+	case code != 0:
+		writeJSON(w, code, forbiddenStatus())
+	case isWatch:
+		streamLines(w, r, lines)
+	default:
+		writeJSON(w, http.StatusOK, list)
+	}
 }
 
 // streamLines writes each line fed to lines as it comes, until endWatch,
