@@ -76,6 +76,11 @@ func TestMemberPodEvents(t *testing.T) {
 		t.Errorf("kubectl describe pod through the gateway does not show the member event:\n%s", out)
 	}
 
+	out, _, err = testEnv.RunKubectl(ctx, testEnv.GatewayKubeconfig(env.UserAdmin), nil, "events", "--for", "pod/"+name)
+	if err != nil || !strings.Contains(out, "ErrImagePull") {
+		t.Errorf("kubectl events --for pod/%s through the gateway does not show the member event (%v):\n%s", name, err, out)
+	}
+
 	// karmada-apiserver itself has no such event: the merge is the gateway's.
 	direct, err := karmadaCS.CoreV1().Events(env.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
 	if err != nil {
@@ -143,6 +148,9 @@ func TestMemberPodEventsWatch(t *testing.T) {
 	waitPlaced(t, name, member)
 	_, template := podTemplate(t, name)
 
+	// kubectl events --for pod/<p> --watch, started now, sees what happens
+	// in the member from here on.
+	kubectlWatch := startKubectl(t, testEnv.GatewayKubeconfig(env.UserAdmin), nil, "events", "--for", "pod/"+name, "--watch")
 	pull := createMemberEvent(t, member, name, "pull", corev1.EventTypeWarning, "Failed", "Failed to pull image \"nope\": ErrImagePull")
 	started := createMemberEvent(t, member, name, "started", corev1.EventTypeNormal, "Started", "Started container main")
 	var lastRV string
@@ -154,6 +162,10 @@ func TestMemberPodEventsWatch(t *testing.T) {
 		lastRV = got.ResourceVersion
 	}
 	w.Stop()
+	if err := kubectlWatch.waitOutput(ctx, "ErrImagePull", 30*time.Second); err != nil {
+		t.Error(err)
+	}
+	kubectlWatch.kill()
 
 	list, err := gw.CoreV1().Events(env.Namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: "involvedObject.name=" + name + ",type=Warning", Limit: 200,
