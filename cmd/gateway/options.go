@@ -74,7 +74,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	// exec and log -f each) while leaving nine tenths of the total to others.
 	fs.IntVar(&o.maxStreams, "max-streams", 2000, "most upgraded (exec, attach, port-forward) and streaming (watch, log -f) requests open at once; over it clients get 429 (0 = unlimited)")
 	fs.IntVar(&o.maxStreamsPerClient, "max-streams-per-client", 200, "most such streams open at once per client identity (bearer token hash, verified client certificate subject, else remote IP); over it clients get 429 (0 = unlimited)")
-	fs.BoolVar(&o.enableServiceProxy, "enable-service-proxy", false, "rewrite services/{name}/proxy to the cluster proxy of the Service's member cluster (needs list/watch on services; passthrough mode only)")
+	fs.BoolVar(&o.enableServiceProxy, "enable-service-proxy", false, "rewrite services/{name}/proxy to the cluster proxy of the Service's member cluster (needs list/watch on services; in authorize mode the gateway authorizes each request as kube-apiserver would and its own identity needs services/proxy in every member)")
 	fs.BoolVar(&o.mergeMemberEvents, "merge-member-events", true, "merge the member cluster's events into events lists and watches scoped to one pod (fieldSelector involvedObject.name=<pod>), rewritten to the template's UID; in authorize mode the member's are read with the gateway's identity once a SubjectAccessReview allows the caller to list or watch events in the namespace")
 	return o
 }
@@ -93,9 +93,6 @@ func (o *options) validate() error {
 	}
 	if o.clientCAFile != "" && proxy.AuthMode(o.authMode) != proxy.AuthAuthorize {
 		return fmt.Errorf("--client-ca-file is only used in --auth-mode=authorize: in passthrough mode a client certificate cannot be forwarded upstream")
-	}
-	if o.enableServiceProxy && proxy.AuthMode(o.authMode) != proxy.AuthPassthrough {
-		return fmt.Errorf("--enable-service-proxy is only supported with --auth-mode=passthrough: authorize mode does not authorize services/proxy")
 	}
 	if o.maxStreams < 0 || o.maxStreamsPerClient < 0 {
 		return fmt.Errorf("--max-streams and --max-streams-per-client must not be negative (0 is unlimited)")

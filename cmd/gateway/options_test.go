@@ -6,13 +6,14 @@ import (
 	"testing"
 )
 
-func TestValidateServiceProxyNeedsPassthrough(t *testing.T) {
+func TestValidateServiceProxyInBothModes(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
 		wantErr string
 	}{
 		{[]string{"--insecure-serve-http", "--enable-service-proxy"}, ""},
-		{[]string{"--insecure-serve-http", "--enable-service-proxy", "--auth-mode=authorize"}, "--enable-service-proxy is only supported with --auth-mode=passthrough"},
+		{[]string{"--insecure-serve-http", "--enable-service-proxy", "--auth-mode=authorize"}, ""},
+		{[]string{"--insecure-serve-http", "--enable-service-proxy", "--auth-mode=bogus"}, `--auth-mode must be "passthrough" or "authorize"`},
 		{[]string{"--insecure-serve-http", "--auth-mode=authorize"}, ""},
 	} {
 		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)

@@ -114,11 +114,15 @@ type authorizeEnv struct {
 	echo  *echoUpgrader
 	authz *fakeAuthorizer
 	res   *stubResolver
+	svc   *stubServiceResolver
 }
 
 func newAuthorizeEnv(t *testing.T, authz *fakeAuthorizer) *authorizeEnv {
 	t.Helper()
-	env := &authorizeEnv{up: &recordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz, res: &stubResolver{cluster: testCluster}}
+	env := &authorizeEnv{
+		up: &recordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz,
+		res: &stubResolver{cluster: testCluster}, svc: &stubServiceResolver{cluster: testCluster},
+	}
 	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "" {
 			env.echo.ServeHTTP(w, r)
@@ -130,7 +134,7 @@ func newAuthorizeEnv(t *testing.T, authz *fakeAuthorizer) *authorizeEnv {
 	t.Cleanup(upstream.Close)
 	cfg := tlsUpstreamConfig(upstream)
 	cfg.BearerToken = "gateway-token"
-	env.proxy = newTestProxy(t, Options{Upstream: cfg, AuthMode: AuthAuthorize, Authorizer: authz, Resolver: env.res})
+	env.proxy = newTestProxy(t, Options{Upstream: cfg, AuthMode: AuthAuthorize, Authorizer: authz, Resolver: env.res, ServiceResolver: env.svc})
 	env.gw = httptest.NewUnstartedServer(env.proxy)
 	env.gw.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
 	env.gw.StartTLS()

@@ -47,8 +47,8 @@ type Options struct {
 	Resolver Resolver
 	// ServiceResolver, when set, makes the gateway rewrite
 	// services/{name}/proxy to the cluster proxy of the Service's member
-	// cluster (passthrough mode only; authorize mode answers 501). Nil
-	// passes services/proxy through unchanged.
+	// cluster (in authorize mode after authorizing the original request, as
+	// pod subresources are). Nil passes services/proxy through unchanged.
 	ServiceResolver ServiceResolver
 	// MergeMemberEvents makes core/v1 events lists and watches scoped to one
 	// pod (fieldSelector involvedObject.name=<pod>) include the member
@@ -233,14 +233,10 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, err)
 		return
 	}
-	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
-		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
-		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for pod %s/%s", cluster, pr.Namespace, pr.Name)))
+	path := "/api/v1/namespaces/" + pr.Namespace + "/pods/" + pr.Name + "/" + pr.Subresource
+	if !routeToCluster(w, state, logger, cluster, "pod "+pr.Namespace+"/"+pr.Name, path, "", "") {
 		return
 	}
-	state.upstreamName = fmt.Sprintf("the cluster proxy for cluster %q", cluster)
-	state.path = karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/"+pr.Namespace+"/pods/"+pr.Name+"/"+pr.Subresource)
-	state.rawPath = ""
 	logger.V(4).Info("Rewriting to cluster proxy", "cluster", cluster)
 	p.forward(w, r)
 }
@@ -261,6 +257,26 @@ func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr Re
 	state.gatewayIdentity = true
 	state.editHeader = StripIdentityHeaders
 	return logger.WithValues("user", caller.Name), true
+}
+
+// routeToCluster points the request at prefix+rest below the cluster proxy
+// of cluster (restPath is rest decoded; rest is sent as the escaped form
+// when they differ). A cluster name that is not a DNS label could change
+// the path, so it is refused with a 500 naming object.
+func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logger, cluster, object, prefix, rest, restPath string) bool {
+	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
+		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
+		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for %s", cluster, object)))
+		return false
+	}
+	base := karmada.ClusterProxyPath(cluster, prefix)
+	state.upstreamName = fmt.Sprintf("the cluster proxy for cluster %q", cluster)
+	state.path = base + restPath
+	state.rawPath = ""
+	if rest != restPath {
+		state.rawPath = base + rest
+	}
+	return true
 }
 
 func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -168,15 +167,18 @@ func (p *Proxy) serveServiceProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	logger := klog.FromContext(ctx).WithValues("namespace", sr.Namespace, "service", sr.Name)
+	// Authorize before resolving, so placement is not disclosed to callers
+	// who may not use the Service.
 	if p.authMode == AuthAuthorize {
-		// The Authorizer checks pod subresources only; sending this with the
-		// gateway's identity unauthorized would be an escalation.
-		writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusNotImplemented, Reason: "NotImplemented",
-			Details: &metav1.StatusDetails{Name: sr.Name, Kind: servicesResource.Resource},
-			Message: "services/proxy is not supported by the gateway in authorize mode; use passthrough mode",
-		}})
-		return
+		rr, ok := sr.ResourceRequest(r.Method)
+		if !ok {
+			w.Header().Set("Allow", serviceProxyAllow)
+			writeStatus(w, serviceProxyMethodNotAllowed(sr, r.Method))
+			return
+		}
+		if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
+			return
+		}
 	}
 	cluster, err := p.services.ResolveService(ctx, sr.Namespace, sr.Name)
 	if err != nil {
@@ -184,18 +186,51 @@ func (p *Proxy) serveServiceProxy(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, err)
 		return
 	}
-	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
-		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
-		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for service %s/%s", cluster, sr.Namespace, sr.Name)))
+	prefix := "/api/v1/namespaces/" + sr.Namespace + "/services/" + sr.Segment + "/proxy"
+	if !routeToCluster(w, state, logger, cluster, "service "+sr.Namespace+"/"+sr.Name, prefix, sr.Rest, sr.RestPath) {
 		return
-	}
-	base := karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/"+sr.Namespace+"/services/"+sr.Segment+"/proxy")
-	state.upstreamName = fmt.Sprintf("the cluster proxy for cluster %q", cluster)
-	state.path = base + sr.RestPath
-	state.rawPath = ""
-	if sr.Rest != sr.RestPath {
-		state.rawPath = base + sr.Rest
 	}
 	logger.V(4).Info("Rewriting service proxy to cluster proxy", "cluster", cluster)
 	p.forward(w, r)
+}
+
+// serviceProxyVerbs is the verb kube-apiserver's RequestInfoFactory derives
+// from the method of a request that names its object, as services/{name}/proxy
+// always does (so never list, watch or deletecollection). kube-apiserver also
+// proxies OPTIONS, with an empty verb that only a "*" rule allows; the
+// gateway's own member RBAC grants no such rule, so authorize mode refuses it.
+var serviceProxyVerbs = map[string]string{
+	http.MethodGet:    "get",
+	http.MethodHead:   "get",
+	http.MethodPost:   "create",
+	http.MethodPut:    "update",
+	http.MethodPatch:  "patch",
+	http.MethodDelete: "delete",
+}
+
+// serviceProxyAllow lists the methods of serviceProxyVerbs for Allow.
+const serviceProxyAllow = "GET, HEAD, POST, PUT, PATCH, DELETE"
+
+// ResourceRequest is what kube-apiserver authorizes a method request on sr
+// as: the subresource proxy of services, named by the whole path segment
+// (RequestInfo takes it as it is, so RBAC resourceNames must say
+// "https:web:443" to match that form, exactly as with kube-apiserver).
+// It reports false for a method with no RBAC verb.
+func (sr ServiceProxyRequest) ResourceRequest(method string) (ResourceRequest, bool) {
+	verb, ok := serviceProxyVerbs[method]
+	if !ok {
+		return ResourceRequest{}, false
+	}
+	return ResourceRequest{
+		Namespace: sr.Namespace, Verb: verb, Resource: servicesResource.Resource,
+		Subresource: "proxy", Name: sr.Segment,
+	}, true
+}
+
+func serviceProxyMethodNotAllowed(sr ServiceProxyRequest, method string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusMethodNotAllowed, Reason: metav1.StatusReasonMethodNotAllowed,
+		Details: &metav1.StatusDetails{Name: sr.Name, Kind: servicesResource.Resource},
+		Message: fmt.Sprintf("method %q is not supported on services/proxy in authorize mode (allowed: %s)", method, serviceProxyAllow),
+	}}
 }

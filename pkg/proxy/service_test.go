@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -163,21 +165,119 @@ func TestServiceProxyInvalidClusterNameIsRefused(t *testing.T) {
 	}
 }
 
-func TestServiceProxyAuthorizeModeNotImplemented(t *testing.T) {
-	up := &recordingUpstream{}
-	srv := httptest.NewServer(up)
-	defer srv.Close()
-	sres := &stubServiceResolver{cluster: testCluster}
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: sres,
-		AuthMode: AuthAuthorize, Authorizer: &fakeAuthorizer{}})
-	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", http.Header{"Authorization": {"Bearer t"}}, ""))
-	st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
-	if rec.Code != http.StatusNotImplemented || st.Code != http.StatusNotImplemented || !strings.Contains(st.Message, "authorize mode") {
-		t.Fatalf("code %d, Status %+v", rec.Code, st)
+// TestServiceProxyAuthorizeMode: services/proxy is authorized as
+// kube-apiserver would (verb from the method, the whole {name} segment as the
+// name), then sent with the gateway's identity and no client identity header.
+func TestServiceProxyAuthorizeMode(t *testing.T) {
+	const target = "/api/v1/namespaces/ci/services/https:web:443/proxy/a%2Fb?x=1"
+	wantURI := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/services/https:web:443/proxy") + "/a%2Fb?x=1"
+	tests := []struct {
+		method, verb string
+		upgrade      bool
+	}{
+		{method: "GET", verb: "get"},
+		{method: "HEAD", verb: "get"},
+		{method: "POST", verb: "create"},
+		{method: "PUT", verb: "update"},
+		{method: "PATCH", verb: "patch"},
+		{method: "DELETE", verb: "delete"},
+		// Unlike pods/exec, a WebSocket GET stays get: kube-apiserver's
+		// create check on upgrades is for pod streams only.
+		{method: "GET", verb: "get", upgrade: true},
 	}
-	if len(up.requests()) != 0 || len(sres.called()) != 0 {
-		t.Fatal("request resolved or sent upstream in authorize mode")
+	for _, tt := range tests {
+		name := tt.method
+		if tt.upgrade {
+			name += " upgraded"
+		}
+		t.Run(name, func(t *testing.T) {
+			env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
+			header := append([][2]string(nil), forgedIdentity...)
+			want := http.StatusOK
+			if tt.upgrade {
+				header = append(header, [2]string{"Connection", "Upgrade"}, [2]string{"Upgrade", "SPDY/3.1"})
+				want = http.StatusSwitchingProtocols
+			}
+			c := env.dial(t, nil)
+			resp := c.send(t, tt.method, target, header)
+			if resp.StatusCode != want {
+				body, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
+			}
+			wantRR := []ResourceRequest{{Namespace: "ci", Verb: tt.verb, Resource: "services", Subresource: "proxy", Name: "https:web:443"}}
+			if !reflect.DeepEqual(env.authz.authorized, wantRR) {
+				t.Errorf("authorized %+v, want %+v", env.authz.authorized, wantRR)
+			}
+			if calls := env.svc.called(); !reflect.DeepEqual(calls, []string{"ci/web"}) {
+				t.Errorf("service resolver calls %q, want ci/web", calls)
+			}
+			var got http.Header
+			if tt.upgrade {
+				c.echo(t, "through the service proxy")
+				got = env.echo.requestHeaders()[0]
+			} else {
+				_, _ = io.ReadAll(resp.Body)
+				reqs := env.up.requests()
+				if len(reqs) != 1 {
+					t.Fatalf("%d upstream requests", len(reqs))
+				}
+				if reqs[0].Method != tt.method || reqs[0].RequestURI != wantURI {
+					t.Errorf("upstream %s %s, want %s %s", reqs[0].Method, reqs[0].RequestURI, tt.method, wantURI)
+				}
+				got = reqs[0].Header
+			}
+			assertGatewayIdentityOnly(t, got)
+		})
+	}
+}
+
+// TestServiceProxyAuthorizeModeRefusals: a refused services/proxy request
+// gets the Authorizer's Status (or 405 for a method with no RBAC verb), is
+// never resolved, so placement is not disclosed, and never sent upstream.
+func TestServiceProxyAuthorizeModeRefusals(t *testing.T) {
+	forbidden := apierrors.NewForbidden(servicesResource, "https:web:443",
+		errors.New(`User "bob" cannot get resource "services/proxy" in API group "" in the namespace "ci"`))
+	tests := []struct {
+		name, method   string
+		authz          *fakeAuthorizer
+		wantCode       int
+		wantMsg        string
+		wantAuthorized int
+	}{
+		{name: "denied", method: "GET", authz: &fakeAuthorizer{deny: forbidden},
+			wantCode: http.StatusForbidden, wantMsg: forbidden.Error(), wantAuthorized: 1},
+		{name: "unauthenticated", method: "POST", authz: &fakeAuthorizer{deny: apierrors.NewUnauthorized("Unauthorized")},
+			wantCode: http.StatusUnauthorized, wantMsg: "Unauthorized", wantAuthorized: 1},
+		{name: "OPTIONS has no RBAC verb", method: "OPTIONS", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+			wantCode: http.StatusMethodNotAllowed, wantMsg: `method "OPTIONS" is not supported on services/proxy in authorize mode (allowed: GET, HEAD, POST, PUT, PATCH, DELETE)`},
+		{name: "unknown method", method: "PROPFIND", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+			wantCode: http.StatusMethodNotAllowed, wantMsg: `method "PROPFIND" is not supported on services/proxy in authorize mode (allowed: GET, HEAD, POST, PUT, PATCH, DELETE)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newAuthorizeEnv(t, tt.authz)
+			c := env.dial(t, nil)
+			resp := c.send(t, tt.method, "/api/v1/namespaces/ci/services/https:web:443/proxy/", [][2]string{{"Authorization", "Bearer caller-token"}})
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.wantCode {
+				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.wantCode)
+			}
+			if st := decodeStatus(t, resp.Header.Get("Content-Type"), body); int(st.Code) != tt.wantCode || st.Message != tt.wantMsg {
+				t.Errorf("Status %d %q, want %d %q", st.Code, st.Message, tt.wantCode, tt.wantMsg)
+			}
+			if tt.wantCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != serviceProxyAllow {
+				t.Errorf("Allow %q, want %q", resp.Header.Get("Allow"), serviceProxyAllow)
+			}
+			if n := len(env.authz.authorized); n != tt.wantAuthorized {
+				t.Errorf("Authorizer asked %d times, want %d", n, tt.wantAuthorized)
+			}
+			if calls := env.svc.called(); len(calls) != 0 {
+				t.Errorf("refused request was resolved: %q", calls)
+			}
+			if n := len(env.up.requests()); n != 0 {
+				t.Errorf("refused request reached the upstream %d times", n)
+			}
+		})
 	}
 }
 
