@@ -271,6 +271,12 @@ func TestArgsFollowValues(t *testing.T) {
 			replicas: 2,
 		},
 		{
+			name:     "service proxy in authorize mode",
+			values:   "auth: {mode: authorize}\nserviceProxy: {enabled: true}\n",
+			want:     []string{"--auth-mode=authorize", "--enable-service-proxy"},
+			replicas: 2,
+		},
+		{
 			name: "ports, timings and passthrough flags",
 			values: `
 replicas: 3
@@ -353,8 +359,19 @@ var (
 	memberRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
 	}
+	// serviceProxy.enabled in authorize mode: every verb kube-apiserver
+	// derives from a services/proxy method the gateway forwards.
+	memberServiceProxyRule = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}}
+	servicesRule           = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}}
 )
+
+// withServices is rules with servicesRule where the chart renders it:
+// after the three cache rules.
+func withServices(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	return slices.Insert(slices.Clone(rules), 3, servicesRule)
+}
 
 func rulesOf(t *testing.T, objs objects, kind, name string) []rbacv1.PolicyRule {
 	t.Helper()
@@ -392,6 +409,8 @@ func TestKarmadaRBAC(t *testing.T) {
 		proxySubj []rbacv1.Subject // nil: no clusters/proxy binding
 		lease     bool
 		member    bool
+		// memberRules defaults to memberRules.
+		memberRules []rbacv1.PolicyRule
 	}{
 		{name: "passthrough", values: "", rules: passthroughRules, subjects: adminSubjects, lease: true},
 		{name: "authorize with client certificates", values: valueSets["authorize"],
@@ -399,9 +418,10 @@ func TestKarmadaRBAC(t *testing.T) {
 		{name: "authorize with tokens only", values: "auth: {mode: authorize}\n", rules: authorizeRules, subjects: adminSubjects, proxySubj: adminSubjects, lease: true, member: true},
 		{name: "no labeler, no lease", values: valueSets["insecure-single-no-labeler"], rules: passthroughRules, subjects: adminSubjects},
 		{name: "service proxy reads services", values: "serviceProxy: {enabled: true}\n",
-			rules: append(slices.Clone(passthroughRules[:3]), append([]rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
-			}, passthroughRules[3:]...)...), subjects: adminSubjects, lease: true},
+			rules: withServices(passthroughRules), subjects: adminSubjects, lease: true},
+		{name: "service proxy in authorize mode", values: "auth: {mode: authorize}\nserviceProxy: {enabled: true}\n",
+			rules: withServices(authorizeRules), subjects: adminSubjects, proxySubj: adminSubjects, lease: true, member: true,
+			memberRules: append(slices.Clone(memberRules), memberServiceProxyRule)},
 		{name: "authorize without member RBAC", values: "auth: {mode: authorize}\nkarmadaResources: {memberRBAC: false}\n",
 			rules: authorizeRules, subjects: adminSubjects, proxySubj: adminSubjects, lease: true},
 	}
@@ -447,8 +467,12 @@ func TestKarmadaRBAC(t *testing.T) {
 				}
 				return
 			}
-			if got := rulesOf(t, k, "ClusterRole", memberName); !reflect.DeepEqual(got, memberRules) {
-				t.Errorf("member rules = %+v, want %+v", got, memberRules)
+			wantMember := tt.memberRules
+			if wantMember == nil {
+				wantMember = memberRules
+			}
+			if got := rulesOf(t, k, "ClusterRole", memberName); !reflect.DeepEqual(got, wantMember) {
+				t.Errorf("member rules = %+v, want %+v", got, wantMember)
 			}
 			if got := subjectsOf(t, k, "ClusterRoleBinding", memberName, memberName); !reflect.DeepEqual(got, tt.subjects) {
 				t.Errorf("member subjects = %+v, want the gateway identity %+v", got, tt.subjects)
@@ -742,7 +766,6 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"cert-manager without issuer", "tls: {source: certManager}\n", "tls.certManager.issuerRef.name is required when tls.source=certManager"},
 		{"client CA in passthrough", "auth: {clientCA: {secretName: ca}}\n", "auth.clientCA.secretName is only used with auth.mode=authorize"},
 		{"client CA over plain HTTP", "auth: {mode: authorize, clientCA: {secretName: ca}}\ntls: {source: none}\n", "needs TLS serving"},
-		{"service proxy in authorize mode", "auth: {mode: authorize}\nserviceProxy: {enabled: true}\n", "serviceProxy.enabled needs auth.mode=passthrough"},
 		{"grace shorter than drain", "terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds (20) must exceed shutdownGracePeriodSeconds (30)"},
 		{"no identity for RBAC", "karmada: {identity: {user: \"\"}}\n", "karmada.identity needs a user, groups or a serviceAccount"},
 	}

@@ -57,9 +57,6 @@ app.kubernetes.io/part-of: karmada-exec-gateway
 
 {{/* Cross-field checks the schema cannot express with a clear message. */}}
 {{- define "gateway.validate" -}}
-{{- if and .Values.serviceProxy.enabled (eq .Values.auth.mode "authorize") -}}
-{{- fail "serviceProxy.enabled needs auth.mode=passthrough: in authorize mode the gateway refuses services/proxy rather than proxy it as itself" -}}
-{{- end -}}
 {{- if and .Values.auth.clientCA.secretName (ne .Values.auth.mode "authorize") -}}
 {{- fail "auth.clientCA.secretName is only used with auth.mode=authorize: in passthrough mode a client certificate cannot be forwarded upstream" -}}
 {{- end -}}

@@ -149,6 +149,19 @@ rules:
   - apiGroups: [""]
     resources: [pods/log]
     verbs: [get]
+  # The authorize-mode merge of member events into pod-scoped events lists and
+  # watches (--merge-member-events) reads them as the gateway, once it has
+  # authorized the caller's list or watch in karmada-apiserver.
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [list, watch]
+  {{- if .Values.serviceProxy.enabled }}
+  # services/proxy, authorized in the gateway by the verb kube-apiserver derives
+  # from the method (HEAD is get).
+  - apiGroups: [""]
+    resources: [services/proxy]
+    verbs: [get, create, update, patch, delete]
+  {{- end }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
