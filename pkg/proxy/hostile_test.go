@@ -160,6 +160,23 @@ func (env *authorizeEnv) dial(t *testing.T, cert *tls.Certificate) *rawClient {
 	return &rawClient{conn: conn, br: bufio.NewReader(conn)}
 }
 
+// sent is what the upstream received of the one request c made: for an
+// upgrade only the headers, once bytes went both ways through the tunnel;
+// otherwise the whole recorded request.
+func (env *authorizeEnv) sent(t *testing.T, c *rawClient, resp *http.Response, upgrade bool) recorded {
+	t.Helper()
+	if upgrade {
+		c.echo(t, "x")
+		return recorded{Header: env.echo.requestHeaders()[0]}
+	}
+	_, _ = io.ReadAll(resp.Body)
+	reqs := env.up.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	return reqs[0]
+}
+
 // forgedIdentity is every way a client might try to claim an identity
 // upstream, in the spellings a raw client can send.
 var forgedIdentity = [][2]string{
@@ -217,22 +234,11 @@ func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
 					body, _ := io.ReadAll(resp.Body)
 					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
 				}
-				var got http.Header
-				if upgrade {
-					c.echo(t, "x")
-					got = env.echo.requestHeaders()[0]
-				} else {
-					_, _ = io.ReadAll(resp.Body)
-					reqs := env.up.requests()
-					if len(reqs) != 1 {
-						t.Fatalf("%d upstream requests", len(reqs))
-					}
-					if reqs[0].Path != karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/"+sub) {
-						t.Errorf("path %q", reqs[0].Path)
-					}
-					got = reqs[0].Header
+				got := env.sent(t, c, resp, upgrade)
+				if !upgrade && got.Path != karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/"+sub) {
+					t.Errorf("path %q", got.Path)
 				}
-				assertGatewayIdentityOnly(t, got)
+				assertGatewayIdentityOnly(t, got.Header)
 			})
 		}
 	}

@@ -211,22 +211,11 @@ func TestServiceProxyAuthorizeMode(t *testing.T) {
 			if calls := env.svc.called(); !reflect.DeepEqual(calls, []string{"ci/web"}) {
 				t.Errorf("service resolver calls %q, want ci/web", calls)
 			}
-			var got http.Header
-			if tt.upgrade {
-				c.echo(t, "through the service proxy")
-				got = env.echo.requestHeaders()[0]
-			} else {
-				_, _ = io.ReadAll(resp.Body)
-				reqs := env.up.requests()
-				if len(reqs) != 1 {
-					t.Fatalf("%d upstream requests", len(reqs))
-				}
-				if reqs[0].Method != tt.method || reqs[0].RequestURI != wantURI {
-					t.Errorf("upstream %s %s, want %s %s", reqs[0].Method, reqs[0].RequestURI, tt.method, wantURI)
-				}
-				got = reqs[0].Header
+			got := env.sent(t, c, resp, tt.upgrade)
+			if !tt.upgrade && (got.Method != tt.method || got.RequestURI != wantURI) {
+				t.Errorf("upstream %s %s, want %s %s", got.Method, got.RequestURI, tt.method, wantURI)
 			}
-			assertGatewayIdentityOnly(t, got)
+			assertGatewayIdentityOnly(t, got.Header)
 		})
 	}
 }
