@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -60,7 +62,9 @@ func httpecho(t *testing.T) string {
 // TestServiceProxy reaches a federated Service's pods through
 // services/{scheme:name:port}/proxy as GitLab Runner's session server does:
 // placed by its own ResourceBinding, by the one cluster of the pods it
-// selects, and refused with a Status when those pods run on both members.
+// selects, and refused with a Status when those pods run on both members;
+// then in authorize mode, for a user with services/proxy in
+// karmada-apiserver only.
 func TestServiceProxy(t *testing.T) {
 	dumpLogsOnFailure(t)
 	ctx := t.Context()
@@ -145,23 +149,10 @@ func TestServiceProxy(t *testing.T) {
 	}
 	gw := gatewayClient(t, env.UserAdmin)
 	get := func(ctx context.Context, seg, rest string) ([]byte, error) {
-		return gw.CoreV1().RESTClient().Get().
-			AbsPath("/api/v1/namespaces/"+env.Namespace+"/services/"+seg+"/proxy"+rest).
-			Param("q", "a b").DoRaw(ctx)
+		return serviceProxy(ctx, gw, http.MethodGet, seg, rest)
 	}
-	// getStatus is get for an answer that must be the gateway's Status:
-	// client-go keeps the body of an error but does not decode it for a
-	// proxy request.
 	getStatus := func(ctx context.Context, seg string) (metav1.Status, error) {
-		var st metav1.Status
-		body, err := get(ctx, seg, "/")
-		if err == nil {
-			return st, fmt.Errorf("got %q, want a Status", body)
-		}
-		if jerr := json.Unmarshal(body, &st); jerr != nil || st.Kind != "Status" {
-			return st, fmt.Errorf("answer %q (%v) is not a Status", body, err)
-		}
-		return st, nil
+		return serviceProxyStatus(ctx, gw, http.MethodGet, seg)
 	}
 	// The gateway learns of a new Service by its watch: poll until it answers.
 	waitAnswer := func(t *testing.T, seg, rest, want string) {
@@ -282,6 +273,94 @@ func TestServiceProxy(t *testing.T) {
 			t.Fatalf("want the NotFound Status, got %+v, %v", st, err)
 		}
 	})
+
+	// Last: it restarts the gateway in authorize mode. exec-karmada-only may
+	// get services/proxy in karmada-apiserver but not use clusters/proxy,
+	// so only the gateway acting as itself lets it through.
+	t.Run("authorize mode", func(t *testing.T) {
+		const name = "svcproxy-authz"
+		seg := "http:" + name + ":http"
+		boundEcho(t, name, "member1")
+		want := name + " GET /?q=a+b"
+		waitAnswer(t, seg, "/", want)
+
+		karmadaOnly := gatewayClient(t, env.UserExecKarmadaOnly)
+		if st, err := serviceProxyStatus(ctx, karmadaOnly, http.MethodGet, seg); err != nil ||
+			st.Code != http.StatusForbidden || !strings.Contains(st.Message, `cannot get resource "clusters/proxy"`) {
+			t.Fatalf("passthrough mode: want karmada-apiserver's 403 on clusters/proxy for %s, got %+v, %v", env.UserExecKarmadaOnly, st, err)
+		}
+
+		restartGatewayFor(t, []string{"--enable-service-proxy", "--auth-mode=authorize"}, "--enable-service-proxy")
+
+		// /readyz waited for the caches, the Service's among them.
+		if body, err := serviceProxy(ctx, karmadaOnly, http.MethodGet, seg, "/"); err != nil || string(body) != want {
+			t.Fatalf("authorize mode: GET as %s answered %q, %v; want %q", env.UserExecKarmadaOnly, body, err, want)
+		}
+		// GitLab's session server opens its WebSocket with a GET, which
+		// stays get (pods/exec's create check does not apply): get is all
+		// exec-karmada-only has.
+		cfg, err := testEnv.GatewayConfig(env.UserExecKarmadaOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wsPath := "/api/v1/namespaces/" + env.Namespace + "/services/" + seg + "/proxy" + httpechoWSPath
+		conn, resp, err := dialRawWS(t, cfg, wsPath, "", []string{httpechoWSProtocol})
+		if err != nil {
+			t.Fatalf("authorize mode: WebSocket as %s: %v (%s)", env.UserExecKarmadaOnly, err, refusal(resp))
+		}
+		defer conn.Close()
+		wsEchoRoundTrips(t, conn)
+		wsCloseCleanly(t, conn)
+
+		// Only get is granted, and kube-apiserver authorizes a POST as create.
+		wantMsg := fmt.Sprintf(`services %q is forbidden: User %q cannot create resource "services/proxy" in API group "" in the namespace %q`,
+			seg, env.UserExecKarmadaOnly, env.Namespace)
+		if st, err := serviceProxyStatus(ctx, karmadaOnly, http.MethodPost, seg); err != nil ||
+			st.Code != http.StatusForbidden || st.Reason != metav1.StatusReasonForbidden || st.Message != wantMsg {
+			t.Errorf("authorize mode: POST as %s: got %+v, %v; want 403 %q", env.UserExecKarmadaOnly, st, err, wantMsg)
+		}
+
+		// A user without services/proxy gets the very Status karmada-apiserver
+		// itself answers the same request with.
+		fromGateway, err := serviceProxyStatus(ctx, gatewayClient(t, env.UserNoExec), http.MethodGet, seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		karmadaCS, err := testEnv.KarmadaClient(env.UserNoExec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromKarmada, err := serviceProxyStatus(ctx, karmadaCS, http.MethodGet, seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fromGateway.Code != http.StatusForbidden || !reflect.DeepEqual(fromGateway, fromKarmada) {
+			t.Errorf("authorize mode: GET as %s through the gateway answered\n %+v\nkarmada-apiserver answers\n %+v", env.UserNoExec, fromGateway, fromKarmada)
+		}
+	})
+}
+
+// serviceProxy sends method to services/<seg>/proxy<rest> (with ?q=a+b)
+// through client.
+func serviceProxy(ctx context.Context, client kubernetes.Interface, method, seg, rest string) ([]byte, error) {
+	return client.CoreV1().RESTClient().Verb(method).
+		AbsPath("/api/v1/namespaces/"+env.Namespace+"/services/"+seg+"/proxy"+rest).
+		Param("q", "a b").DoRaw(ctx)
+}
+
+// serviceProxyStatus is serviceProxy to seg's root for an answer that must
+// be a Status: client-go keeps the body of an error but does not decode it
+// for a proxy request.
+func serviceProxyStatus(ctx context.Context, client kubernetes.Interface, method, seg string) (metav1.Status, error) {
+	var st metav1.Status
+	body, err := serviceProxy(ctx, client, method, seg, "/")
+	if err == nil {
+		return st, fmt.Errorf("got %q, want a Status", body)
+	}
+	if jerr := json.Unmarshal(body, &st); jerr != nil || st.Kind != "Status" {
+		return st, fmt.Errorf("answer %q (%v) is not a Status", body, err)
+	}
+	return st, nil
 }
 
 // httpecho's WebSocket echo (see cmd/httpecho).
@@ -378,15 +457,23 @@ func enableServiceProxy(t *testing.T) {
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, rbacName, metav1.DeleteOptions{})
 		_ = cs.RbacV1().ClusterRoles().Delete(ctx, rbacName, metav1.DeleteOptions{})
 	})
-	if err := testEnv.RestartGateway(ctx, "--enable-service-proxy"); err != nil {
-		t.Fatalf("restart gateway with --enable-service-proxy: %v", err)
+	// RestartGateway keeps the previous arguments when given none, so the
+	// restore names the flag.
+	restartGatewayFor(t, []string{"--enable-service-proxy"}, "--enable-service-proxy=false")
+}
+
+// restartGatewayFor restarts the gateway with args for the rest of t, and
+// with restore when t ends.
+func restartGatewayFor(t *testing.T, args []string, restore ...string) {
+	t.Helper()
+	if err := testEnv.RestartGateway(t.Context(), args...); err != nil {
+		t.Fatalf("restart gateway with %q: %v", args, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		// RestartGateway keeps the previous arguments when given none.
-		if err := testEnv.RestartGateway(ctx, "--enable-service-proxy=false"); err != nil {
-			t.Errorf("restore gateway: %v", err)
+		if err := testEnv.RestartGateway(ctx, restore...); err != nil {
+			t.Errorf("restore gateway with %q: %v", restore, err)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,20 @@ var podRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 }
+
+// gatewayMemberRules are what the gateway's identity needs in a member in
+// authorize mode, mirroring the chart's gateway.memberRBAC: the pod rules,
+// services/proxy for every verb a forwarded method maps to, and events
+// list/watch for the authorize-mode merge of member events into pod-scoped
+// events lists and watches.
+var gatewayMemberRules = append(slices.Clone(podRules),
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
+)
+
+// serviceProxyGetRule lets exec-karmada-only GET (not POST, ...) through
+// services/proxy, so tests see the verb follow the method.
+var serviceProxyGetRule = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services/proxy"}, Verbs: []string{"get"}}
 
 var clusterProxyRule = rbacv1.PolicyRule{
 	APIGroups: []string{"cluster.karmada.io"},
@@ -90,6 +105,8 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 		role(Namespace, "e2e:executor", podRules...),
 		roleBinding(Namespace, "e2e:executor", "Role", "e2e:executor", UserExecOnly),
 		roleBinding(Namespace, "e2e:executor-karmada-only", "Role", "e2e:executor", UserExecKarmadaOnly),
+		role(Namespace, "e2e:service-proxy-get", serviceProxyGetRule),
+		roleBinding(Namespace, "e2e:service-proxy-get", "Role", "e2e:service-proxy-get", UserExecKarmadaOnly),
 		clusterRole("e2e:cluster-proxy", clusterProxyRule),
 		clusterRoleBinding("e2e:cluster-proxy", "e2e:cluster-proxy", UserExecOnly),
 		role(Namespace, "e2e:pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}),
@@ -136,7 +153,7 @@ func (e *Env) bootstrapMember(ctx context.Context, member string) error {
 		clusterRoleBinding("karmada-impersonator", "karmada-impersonator", ImpersonatorUser(member)),
 		role(Namespace, "e2e:executor", podRules...),
 		roleBinding(Namespace, "e2e:executor", "Role", "e2e:executor", UserExecOnly),
-		clusterRole("karmada-exec-gateway", podRules...),
+		clusterRole("karmada-exec-gateway", gatewayMemberRules...),
 		clusterRoleBinding("karmada-exec-gateway", "karmada-exec-gateway", UserGateway),
 	}
 	return applyRBAC(ctx, cs, rbac)

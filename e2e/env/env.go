@@ -26,9 +26,10 @@ const (
 	UserExecOnly = "exec-only"
 	UserNoExec   = "no-exec"
 	UserGateway  = "karmada-exec-gateway"
-	// UserExecKarmadaOnly has exec-only's pod rules in karmada-apiserver but
-	// neither clusters/proxy nor anything in members: only authorize mode,
-	// where the gateway reaches members as itself, lets it exec.
+	// UserExecKarmadaOnly has exec-only's pod rules and get on
+	// services/proxy in karmada-apiserver but neither clusters/proxy nor
+	// anything in members: only authorize mode, where the gateway reaches
+	// members as itself, lets it exec or GET through services/proxy.
 	UserExecKarmadaOnly = "exec-karmada-only"
 
 	// Namespace is where the test users' pod permissions apply.
