@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -237,4 +239,94 @@ func podTemplate(t *testing.T, name string) (kubernetes.Interface, *corev1.Pod) 
 		t.Fatal(err)
 	}
 	return karmadaCS, template
+}
+
+// TestMemberPodEventsAuthorizeMode: a caller with events RBAC in
+// karmada-apiserver only (no clusters/proxy, nothing in members) gets the
+// member's events for its pod in authorize mode, where the gateway reads
+// them as itself after a SubjectAccessReview; in passthrough mode the same
+// caller gets karmada's events and a Warning naming the member.
+func TestMemberPodEventsAuthorizeMode(t *testing.T) {
+	dumpLogsOnFailure(t)
+	ctx := t.Context()
+	const name, member = "events-authz-pod", "member1"
+	placePod(t, sleepPod(name), []string{member}, member)
+	ev := createMemberEvent(t, member, name, "pull", corev1.EventTypeWarning, "Failed", "Failed to pull image \"authz\": ErrImagePull")
+	selector := metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}
+
+	client, warnings := gatewayClientWithWarnings(t, env.UserExecKarmadaOnly)
+	list, err := client.CoreV1().Events(env.Namespace).List(ctx, selector)
+	if err != nil {
+		t.Fatalf("passthrough mode: list events as %s: %v", env.UserExecKarmadaOnly, err)
+	}
+	if hasMessage(list.Items, ev.Message) || !strings.Contains(warnings.String(), "member events from "+member+" unavailable") {
+		t.Fatalf("passthrough mode: want karmada's events and a Warning for %s without clusters/proxy; got %d events, warnings %q", env.UserExecKarmadaOnly, len(list.Items), warnings.String())
+	}
+
+	restartGatewayFor(t, []string{"--auth-mode=authorize"})
+	client, warnings = gatewayClientWithWarnings(t, env.UserExecKarmadaOnly)
+	list, err = client.CoreV1().Events(env.Namespace).List(ctx, selector)
+	if err != nil {
+		t.Fatalf("authorize mode: list events as %s: %v", env.UserExecKarmadaOnly, err)
+	}
+	if !hasMessage(list.Items, ev.Message) || warnings.String() != "" {
+		t.Fatalf("authorize mode: want the member event without warnings; got %d events, warnings %q", len(list.Items), warnings.String())
+	}
+	w, err := client.CoreV1().Events(env.Namespace).Watch(ctx, selector)
+	if err != nil {
+		t.Fatalf("authorize mode: watch events as %s: %v", env.UserExecKarmadaOnly, err)
+	}
+	defer w.Stop()
+	nextMemberEvent(t, w, ev.Message)
+	later := createMemberEvent(t, member, name, "oom", corev1.EventTypeWarning, "OOMKilling", "authz: OOM-killed")
+	nextMemberEvent(t, w, later.Message)
+
+	// A caller without events RBAC in karmada-apiserver gets its refusal.
+	_, err = gatewayClient(t, env.UserNoExec).CoreV1().Events(env.Namespace).List(ctx, selector)
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("authorize mode: list events as %s: %v, want Forbidden", env.UserNoExec, err)
+	}
+}
+
+func hasMessage(events []corev1.Event, message string) bool {
+	for _, e := range events {
+		if e.Message == message && e.Annotations[memberClusterAnnotation] != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// warningRecorder keeps the Warning headers a client-go client received.
+type warningRecorder struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text = append(w.text, text)
+}
+
+func (w *warningRecorder) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.text, "; ")
+}
+
+// gatewayClientWithWarnings is gatewayClient that records Warning headers.
+func gatewayClientWithWarnings(t *testing.T, user string) (kubernetes.Interface, *warningRecorder) {
+	t.Helper()
+	cfg, err := testEnv.GatewayConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &warningRecorder{}
+	cfg.WarningHandler = rec
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, rec
 }

@@ -107,6 +107,9 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 		roleBinding(Namespace, "e2e:executor-karmada-only", "Role", "e2e:executor", UserExecKarmadaOnly),
 		role(Namespace, "e2e:service-proxy-get", serviceProxyGetRule),
 		roleBinding(Namespace, "e2e:service-proxy-get", "Role", "e2e:service-proxy-get", UserExecKarmadaOnly),
+		// Executors read their pods' events (GitLab Runner's pod events, Jenkins).
+		role(Namespace, "e2e:events-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}}),
+		roleBinding(Namespace, "e2e:events-reader", "Role", "e2e:events-reader", UserExecKarmadaOnly),
 		clusterRole("e2e:cluster-proxy", clusterProxyRule),
 		clusterRoleBinding("e2e:cluster-proxy", "e2e:cluster-proxy", UserExecOnly),
 		role(Namespace, "e2e:pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}),
