@@ -371,6 +371,24 @@ func TestEventsWatchMergesMemberEvents(t *testing.T) {
 	}
 }
 
+// listEvents lists build's events through gw with header and decodes the
+// answer, which must be 200.
+func listEvents(t *testing.T, gw *httptest.Server, header http.Header) (*corev1.EventList, *http.Response) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, gw.URL+eventsTarget("involvedObject.name=build", ""), nil)
+	req.Header = header
+	res, err := gw.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var list corev1.EventList
+	if err := json.NewDecoder(res.Body).Decode(&list); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("list events: status %d, %v", res.StatusCode, err)
+	}
+	return &list, res
+}
+
 func urls(reqs []*http.Request) []string {
 	var out []string
 	for _, r := range reqs {
@@ -385,16 +403,9 @@ func urls(reqs []*http.Request) []string {
 func TestEventsWatchResumes(t *testing.T) {
 	api := newFakeWatchAPI()
 	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
-	req, _ := http.NewRequest(http.MethodGet, gw.URL+"/api/v1/namespaces/ci/events?fieldSelector=involvedObject.name%3Dbuild", nil)
-	res, err := gw.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list corev1.EventList
-	err = json.NewDecoder(res.Body).Decode(&list)
-	res.Body.Close()
-	if err != nil || len(list.Items) != 2 || list.ResourceVersion != karmadaRV {
-		t.Fatalf("merged list: %v, %+v", err, list)
+	list, _ := listEvents(t, gw, http.Header{})
+	if len(list.Items) != 2 || list.ResourceVersion != karmadaRV {
+		t.Fatalf("merged list: %+v", list)
 	}
 	memberPath := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
 	listsBefore := len(api.requests(memberPath))
@@ -606,18 +617,9 @@ func TestEventsAuthorizeMode(t *testing.T) {
 	t.Run("list allowed", func(t *testing.T) {
 		authz := &fakeAuthorizer{caller: Caller{Name: "runner"}}
 		gw, api := gatewayFor(t, authz)
-		req, _ := http.NewRequest(http.MethodGet, gw.URL+eventsTarget("involvedObject.name=build", ""), nil)
-		req.Header.Set("Authorization", "Bearer caller-token")
-		req.Header.Set("Impersonate-User", "someone-else")
-		res, err := gw.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var list corev1.EventList
-		err = json.NewDecoder(res.Body).Decode(&list)
-		res.Body.Close()
-		if err != nil || len(list.Items) != 2 || list.Items[1].Annotations[MemberClusterAnnotation] != "member1" {
-			t.Fatalf("want karmada's and the member's event: %v %+v", err, list.Items)
+		list, _ := listEvents(t, gw, http.Header{"Authorization": {"Bearer caller-token"}, "Impersonate-User": {"someone-else"}})
+		if len(list.Items) != 2 || list.Items[1].Annotations[MemberClusterAnnotation] != "member1" {
+			t.Fatalf("want karmada's and the member's event: %+v", list.Items)
 		}
 		if len(api.requests(memberPath)) != 1 {
 			t.Fatalf("member requests: %v", urls(api.requests(memberPath)))
@@ -632,13 +634,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 	t.Run("list denied", func(t *testing.T) {
 		deny := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", errors.New(`User "runner" cannot list resource "events"`))
 		gw, api := gatewayFor(t, &fakeAuthorizer{deny: deny})
-		req, _ := http.NewRequest(http.MethodGet, gw.URL+eventsTarget("involvedObject.name=build", ""), nil)
-		req.Header.Set("Authorization", "Bearer caller-token")
-		res, err := gw.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
+		_, res := listEvents(t, gw, http.Header{"Authorization": {"Bearer caller-token"}})
 		if w := res.Header.Get("Warning"); res.StatusCode != http.StatusOK || !strings.Contains(w, "member events from member1 unavailable") || !strings.Contains(w, "cannot list resource") {
 			t.Fatalf("status %d, Warning %q", res.StatusCode, w)
 		}
