@@ -263,6 +263,12 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	}
 	stateFrom(ctx).route = metrics.RouteEvents
 
+	// The member's side (the template and the member's list, through two
+	// hops) is read while karmada-apiserver answers, not after: it is most
+	// of the merge's latency. A first page of several discards it.
+	members := make(chan memberEvents, 1)
+	go func() { members <- p.listMemberEvents(ctx, em, cluster) }()
+
 	res, err := p.get(ctx, r, em.karmada, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
 	if err != nil {
 		p.handleError(w, r, err)
@@ -284,12 +290,16 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	// contains them exactly once.
 	var warning string
 	if list.Continue == "" {
-		members, err := p.listMemberEvents(ctx, em, cluster, list.ResourceVersion)
-		if err != nil {
-			logger.V(2).Info("Member events unavailable", "cluster", cluster, "err", err)
-			warning = memberUnavailableMessage(cluster, err)
+		m := <-members
+		if m.err != nil {
+			logger.V(2).Info("Member events unavailable", "cluster", cluster, "err", m.err)
+			warning = memberUnavailableMessage(cluster, m.err)
 		}
-		list.Items = append(list.Items, members...)
+		for i := range m.items {
+			m.items[i].ResourceVersion = list.ResourceVersion
+		}
+		list.Items = append(list.Items, m.items...)
+		p.eventCursors.remember(er, list.ResourceVersion, m.cursor)
 	}
 	out, err := json.Marshal(&list)
 	if err != nil {
@@ -319,26 +329,44 @@ func relayResponse(w http.ResponseWriter, res *http.Response, body []byte) {
 	_, _ = w.Write(body)
 }
 
+// memberEvents is the member's side of a merged list.
+type memberEvents struct {
+	items  []corev1.Event
+	cursor memberCursor
+	err    error
+}
+
 // listMemberEvents lists the member's events for the pod through the
-// cluster proxy, rewritten by rewriteMemberEvent with karmada-apiserver's
-// list resourceVersion, and remembers where the member stood, so a watch
-// from that resourceVersion continues the member's events exactly
-// (eventCursors).
-func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster, karmadaRV string) ([]corev1.Event, error) {
-	pod, err := p.readTemplate(ctx, em)
-	if err != nil || pod == nil {
-		return nil, err
+// cluster proxy, rewritten by rewriteMemberEvent but for their
+// resourceVersion, with where the member stood: remembered for the
+// karmada-apiserver resourceVersion they are given, a watch from it
+// continues the member's events exactly (eventCursors).
+func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster string) memberEvents {
+	type template struct {
+		pod *corev1.Pod
+		err error
 	}
+	templates := make(chan template, 1)
+	go func() {
+		pod, err := p.readTemplate(ctx, em)
+		templates <- template{pod, err}
+	}()
 	var list corev1.EventList
-	if err := p.getJSON(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), &list); err != nil {
-		return nil, err
+	listErr := p.getJSON(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), &list)
+	t := <-templates
+	switch {
+	case t.err != nil:
+		return memberEvents{err: t.err}
+	case t.pod == nil:
+		return memberEvents{} // the caller pinned another incarnation's UID
+	case listErr != nil:
+		return memberEvents{err: listErr}
 	}
+	pod := t.pod
 	for i := range list.Items {
 		rewriteMemberEvent(&list.Items[i], cluster, pod)
-		list.Items[i].ResourceVersion = karmadaRV
 	}
-	p.eventCursors.remember(em.eventsRequest, karmadaRV, memberCursor{cluster: cluster, resourceVersion: list.ResourceVersion})
-	return list.Items, nil
+	return memberEvents{items: list.Items, cursor: memberCursor{cluster: cluster, resourceVersion: list.ResourceVersion}}
 }
 
 // readTemplate reads the pod template the request is about. A nil pod and
