@@ -24,6 +24,7 @@ var Sections = []Section{
 	{Name: "sessions", NeedsEnv: true, Run: (*Runner).Sessions},
 	{Name: "watch", NeedsEnv: true, Run: (*Runner).Watch},
 	{Name: "logs", NeedsEnv: true, Run: (*Runner).Logs},
+	{Name: "events", NeedsEnv: true, Run: (*Runner).Events},
 	{Name: "labeler", NeedsEnv: true, Run: (*Runner).Labeler},
 }
 

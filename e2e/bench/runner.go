@@ -29,6 +29,7 @@ type Sizes struct {
 	HoldFor       time.Duration // how long they are held
 	LogLines      int           // lines followed with logs -f
 	LogBytes      int64         // log bytes read for log throughput
+	MemberEvents  int           // member events watched through the merge
 	ResolverPods  []int         // pods (with bindings) in the resolver caches
 	LabelerRates  []int         // new pods per second
 	LabelerFor    time.Duration // how long pods are created at each rate
@@ -38,7 +39,7 @@ type Sizes struct {
 var Quick = Sizes{
 	Rounds: 2, RoundDuration: 500 * time.Millisecond, Concurrency: []int{1, 16, 64},
 	ListPods: 100, SetupSamples: 5, ExecBytes: 16 << 20, ExecRounds: 1, StdinBytes: 16 << 20,
-	Sessions: 20, HoldFor: 3 * time.Second, LogLines: 50, LogBytes: 4 << 20,
+	Sessions: 20, HoldFor: 3 * time.Second, LogLines: 50, LogBytes: 4 << 20, MemberEvents: 50,
 	ResolverPods: []int{1000, 10000}, LabelerRates: []int{20, 100}, LabelerFor: time.Second,
 }
 
@@ -46,7 +47,7 @@ var Quick = Sizes{
 var Full = Sizes{
 	Rounds: 4, RoundDuration: 3 * time.Second, Concurrency: []int{1, 16, 64},
 	ListPods: 1000, SetupSamples: 40, ExecBytes: 1 << 30, ExecRounds: 1, StdinBytes: 256 << 20,
-	Sessions: 200, HoldFor: 60 * time.Second, LogLines: 300, LogBytes: 64 << 20,
+	Sessions: 200, HoldFor: 60 * time.Second, LogLines: 300, LogBytes: 64 << 20, MemberEvents: 500,
 	ResolverPods: []int{10000, 100000}, LabelerRates: []int{20, 100}, LabelerFor: 5 * time.Second,
 }
 
