@@ -125,7 +125,7 @@ func MeasureResolver(n int) (ResolverCost, error) {
 		Bindings: cache.NewSharedIndexInformer(&cache.ListWatch{}, &karmada.ResourceBinding{}, 0, cache.Indexers{karmada.BindingsByResourceIndex: karmada.IndexBindingByResource}),
 		Clusters: cache.NewSharedIndexInformer(&cache.ListWatch{}, &karmada.Cluster{}, 0, cache.Indexers{}),
 	}
-	transform := karmada.Transform[karmada.ResourceBinding]()
+	transform := karmada.TrimBinding
 	uid := func(i int) types.UID { return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)) }
 	for i := range n {
 		if err := inf.Pods.GetIndexer().Add(fakePod(ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)], i%2 == 0)); err != nil {

@@ -92,7 +92,7 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 	if err := i.Pods.SetTransform(trimPodMetadata); err != nil {
 		return nil, fmt.Errorf("pods informer transform: %w", err)
 	}
-	if err := i.Bindings.SetTransform(trimBinding); err != nil {
+	if err := i.Bindings.SetTransform(TrimBinding); err != nil {
 		return nil, fmt.Errorf("bindings informer transform: %w", err)
 	}
 	if err := i.Clusters.SetTransform(Transform[Cluster]()); err != nil {
@@ -140,16 +140,22 @@ func trimService(obj any) (any, error) {
 	}, nil
 }
 
-// trimBinding converts a binding and drops the metadata nothing reads:
-// managed fields, annotations, labels and owner references are most of a
-// binding's metadata, and there is one binding per pod.
-func trimBinding(obj any) (any, error) {
+// TrimBinding is the bindings informer's transform: it converts a binding
+// and drops what nothing reads (managed fields, annotations, labels, owner
+// references, status conditions and applied messages are most of a
+// binding, and there is one binding per pod). Exported so benchmarks
+// measure what the gateway caches.
+func TrimBinding(obj any) (any, error) {
 	out, err := Transform[ResourceBinding]()(obj)
 	if b, ok := out.(*ResourceBinding); ok && err == nil {
 		b.ManagedFields = nil
 		b.Annotations = nil
 		b.Labels = nil
 		b.OwnerReferences = nil
+		b.Status.Conditions = nil
+		for i := range b.Status.AggregatedStatus {
+			b.Status.AggregatedStatus[i].AppliedMessage = ""
+		}
 	}
 	return out, err
 }

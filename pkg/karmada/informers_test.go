@@ -248,29 +248,39 @@ func TestTrimBindingKeepsOnlyWhatIsRead(t *testing.T) {
 			"clusters":            []any{map[string]any{"name": "member1"}},
 			"replicaRequirements": map[string]any{"resourceRequest": map[string]any{"cpu": "1"}},
 		},
+		"status": map[string]any{
+			"lastScheduledTime": "2026-01-02T03:04:06Z",
+			"aggregatedStatus":  []any{map[string]any{"clusterName": "member1", "applied": true, "appliedMessage": "Manifest has been successfully applied", "health": "Healthy"}},
+			"conditions":        []any{map[string]any{"type": "Scheduled", "status": "True", "reason": "Success", "message": "Binding has been scheduled successfully.", "lastTransitionTime": "2026-01-02T03:04:06Z"}},
+		},
 	}}
-	out, err := trimBinding(u)
+	out, err := TrimBinding(u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, ok := out.(*ResourceBinding)
 	if !ok {
-		t.Fatalf("trimBinding returned %T, want *ResourceBinding", out)
+		t.Fatalf("TrimBinding returned %T, want *ResourceBinding", out)
 	}
 	if b.Labels != nil || b.Annotations != nil || b.OwnerReferences != nil || b.ManagedFields != nil {
 		t.Errorf("metadata not trimmed: %+v", b.ObjectMeta)
 	}
-	if b.Name != "job-42-pod" || b.Namespace != "ci" || b.Spec.Resource.UID != "p-uid" || len(b.Spec.Clusters) != 1 {
+	if b.Status.Conditions != nil || b.Status.AggregatedStatus[0].AppliedMessage != "" {
+		t.Errorf("status not trimmed: %+v", b.Status)
+	}
+	if b.Name != "job-42-pod" || b.Namespace != "ci" || b.Spec.Resource.UID != "p-uid" || len(b.Spec.Clusters) != 1 ||
+		b.Status.LastScheduledTime == nil || len(b.Status.AggregatedStatus) != 1 || !b.Status.AggregatedStatus[0].Applied ||
+		b.Status.AggregatedStatus[0].Health != "Healthy" {
 		t.Errorf("read fields lost: %+v", b)
 	}
 	if tomb := (cache.DeletedFinalStateUnknown{Key: "ci/x"}); !reflect.DeepEqual(mustTrim(t, tomb), tomb) {
-		t.Error("tombstone changed by trimBinding")
+		t.Error("tombstone changed by TrimBinding")
 	}
 }
 
 func mustTrim(t *testing.T, obj any) any {
 	t.Helper()
-	out, err := trimBinding(obj)
+	out, err := TrimBinding(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
