@@ -124,6 +124,7 @@ func TestEventsMerge(t *testing.T) {
 		{name: "legacy watch path passes through", target: "/api/v1/watch/namespaces/ci/events?fieldSelector=involvedObject.name%3Dbuild", merge: true, wantRaw: true},
 		{name: "gitlab warning events list", target: eventsTarget("involvedObject.name=build,type=Warning", "&limit=200"), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,type=Warning"},
 		{name: "other fields are forwarded with their operator", target: eventsTarget("involvedObject.name=build,reason!=Pulled,involvedObject.apiVersion=v1", ""), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,reason!=Pulled"},
+		{name: "escaped values stay escaped for the member", target: eventsTarget(`involvedObject.name=build,reason=a\,involvedObject.name\=other`, ""), merge: true, wantMember: true, wantMemberSelector: `involvedObject.kind=Pod,involvedObject.name=build,reason=a\,involvedObject.name\=other`},
 		{name: "informer list from any version", target: eventsTarget("involvedObject.name=build", "&resourceVersion=0"), merge: true, wantMember: true},
 		{name: "not older than", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=NotOlderThan"), merge: true, wantMember: true},
 		{name: "exact version untouched", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=Exact"), merge: true},
