@@ -702,7 +702,7 @@ func TestMonitoring(t *testing.T) {
 		}
 	}
 	wantAlerts := []string{"KarmadaGatewayDown", "KarmadaGatewayRewrittenRoute5xx", "KarmadaGatewayLabelerNotLeading",
-		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures"}
+		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable"}
 	if !slices.Equal(alerts, wantAlerts) {
 		t.Errorf("alerts = %q, want %q", alerts, wantAlerts)
 	}

@@ -63,6 +63,10 @@ type Metrics struct {
 	// StreamLimitRejectionsTotal counts streams refused with 429 by the limit
 	// that was hit: scope "total" (the whole gateway) or "client" (one identity).
 	StreamLimitRejectionsTotal *prometheus.CounterVec
+	// MemberEventsUnavailableTotal counts merged events requests that could
+	// not read a member's events, by cluster: the client got karmada's events
+	// and a warning, which only an alert on this makes an operator see.
+	MemberEventsUnavailableTotal *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -119,11 +123,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "stream_limit_rejections_total",
 			Help: "Upgraded or streaming requests refused with 429 because a concurrency limit was reached, by scope (total, client).",
 		}, []string{"scope"}),
+		MemberEventsUnavailableTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "member_events_unavailable_total",
+			Help: "Reads of a member cluster's pod events for a merged events list or watch that failed (lists: per request; watches: per outage), by cluster.",
+		}, []string{"cluster"}),
 	}
 	reg.MustRegister(
 		m.RequestsTotal, m.RequestDuration, m.ActiveStreams, m.StreamDuration,
 		m.ResolveTotal, m.ResolveAmbiguousTotal, m.LabelerPatchesTotal, m.LabelLatency,
 		m.LabelerLeader, m.CacheObjects, m.AuthDecisionsTotal, m.StreamLimitRejectionsTotal,
+		m.MemberEventsUnavailableTotal,
 	)
 	return m
 }

@@ -293,6 +293,7 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 		m := <-members
 		if m.err != nil {
 			logger.V(2).Info("Member events unavailable", "cluster", cluster, "err", m.err)
+			p.metrics.MemberEventsUnavailableTotal.WithLabelValues(cluster).Inc()
 			warning = memberUnavailableMessage(cluster, m.err)
 		}
 		for i := range m.items {

@@ -163,6 +163,9 @@ func TestEventsMerge(t *testing.T) {
 			if got := testutil.ToFloat64(m.RequestsTotal.WithLabelValues(wantRoute, "200")); got != 1 {
 				t.Errorf("requests_total{route=%q,code=200} = %v, want 1", wantRoute, got)
 			}
+			if got, want := testutil.ToFloat64(m.MemberEventsUnavailableTotal.WithLabelValues(testCluster)), map[bool]float64{true: 1}[tt.wantWarning != ""]; got != want {
+				t.Errorf("member_events_unavailable_total = %v, want %v", got, want)
+			}
 			reqs := up.requests()
 			for _, r := range reqs {
 				if r.Header.Get("Authorization") != "Bearer caller-token" {

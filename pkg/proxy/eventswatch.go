@@ -604,6 +604,7 @@ func (m *memberEventWatch) reportFailure(ctx context.Context, logger klog.Logger
 		return
 	}
 	m.outage = true
+	m.p.metrics.MemberEventsUnavailableTotal.WithLabelValues(cluster).Inc()
 	now := metav1.Now()
 	typ := watch.Modified
 	if m.unavailable == nil {

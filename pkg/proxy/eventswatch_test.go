@@ -451,7 +451,8 @@ func TestEventsWatchFollowsPlacement(t *testing.T) {
 func TestEventsWatchReportsMemberFailure(t *testing.T) {
 	api := newFakeWatchAPI()
 	api.member("member1").code = http.StatusForbidden
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	m := metrics.New(prometheus.NewRegistry())
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{Metrics: m})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 
@@ -472,6 +473,9 @@ func TestEventsWatchReportsMemberFailure(t *testing.T) {
 	got = w.next(t)
 	if got.typ != "MODIFIED" || got.event.Reason != memberUnavailableReason || got.event.Count != 2 || got.event.UID != ev.UID {
 		t.Fatalf("want the Warning event MODIFIED with count 2, got %s %+v", got.typ, got.event)
+	}
+	if n := testutil.ToFloat64(m.MemberEventsUnavailableTotal.WithLabelValues("member1")); n != 2 {
+		t.Errorf("member_events_unavailable_total{cluster=member1} = %v, want 2 (one per outage)", n)
 	}
 }
 
