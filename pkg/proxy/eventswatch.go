@@ -171,13 +171,13 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	copyHeader(w.Header(), res.Header)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
+	if !m.flush() { // the client learns the watch is open even with nothing to send
+		return
+	}
 	for i := range initial {
 		if !m.write(watch.Added, &initial[i]) {
 			return
 		}
-	}
-	if !m.flush() {
-		return
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -327,7 +327,7 @@ func (m *mergedWatch) writeMember(msg memberMsg) bool {
 		return true
 	}
 	msg.event.ResourceVersion = m.karmadaRV
-	return m.write(msg.typ, msg.event) && m.flush()
+	return m.write(msg.typ, msg.event)
 }
 
 func (m *mergedWatch) write(typ watch.EventType, ev *corev1.Event) bool {
@@ -339,6 +339,8 @@ func (m *mergedWatch) write(typ watch.EventType, ev *corev1.Event) bool {
 	return m.writeRaw(metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw}})
 }
 
+// writeRaw writes one event and flushes it: a watch delivers each event as
+// it happens.
 func (m *mergedWatch) writeRaw(ev metav1.WatchEvent) bool {
 	b, err := json.Marshal(&ev)
 	if err != nil {
