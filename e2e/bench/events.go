@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -57,24 +58,13 @@ func (r *Runner) Events(ctx context.Context) (*Table, error) {
 	// Names arrive as the member's on the direct path and as
 	// "<cluster>.<name>" through the gateway.
 	stream := func(w watch.Interface, prefix string) *arrivals {
-		a := newArrivals(n + 1) // the probe too
-		wg.Go(func() {
-			defer w.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-w.ResultChan():
-					if !ok {
-						return
-					}
-					if e, isEvent := ev.Object.(*corev1.Event); isEvent && ev.Type == watch.Added && strings.HasPrefix(e.Name, prefix) {
-						a.see(strings.TrimPrefix(e.Name, prefix), time.Now())
-					}
-				}
+		return recordArrivals(ctx, &wg, w, n+1 /* the probe too */, func(obj runtime.Object) (string, bool) {
+			e, isEvent := obj.(*corev1.Event)
+			if !isEvent || !strings.HasPrefix(e.Name, prefix) {
+				return "", false
 			}
+			return strings.TrimPrefix(e.Name, prefix), true
 		})
-		return a
 	}
 	gw, err := gwClient.CoreV1().Events(env.Namespace).Watch(ctx, scoped)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -48,6 +49,29 @@ func (a *arrivals) snapshot() map[string]time.Time {
 		out[k] = v
 	}
 	return out
+}
+
+// recordArrivals reads w until ctx ends or w closes, and records when each
+// ADDED object that key names first arrives; w is stopped at the end.
+func recordArrivals(ctx context.Context, wg *sync.WaitGroup, w watch.Interface, want int, key func(runtime.Object) (string, bool)) *arrivals {
+	a := newArrivals(want)
+	wg.Go(func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				if name, ok := key(ev.Object); ok && ev.Type == watch.Added {
+					a.see(name, time.Now())
+				}
+			}
+		}
+	})
+	return a
 }
 
 // span is the time between the first and the last arrival.
@@ -106,24 +130,13 @@ func (r *Runner) Watch(ctx context.Context) (*Table, error) {
 		if err != nil {
 			return nil, fmt.Errorf("watch %s: %w", name, err)
 		}
-		a := newArrivals(n)
-		wg.Go(func() {
-			defer w.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-w.ResultChan():
-					if !ok {
-						return
-					}
-					if pod, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type == watch.Added {
-						a.see(pod.Name, time.Now())
-					}
-				}
+		return recordArrivals(ctx, &wg, w, n, func(obj runtime.Object) (string, bool) {
+			pod, isPod := obj.(*corev1.Pod)
+			if !isPod {
+				return "", false
 			}
-		})
-		return a, nil
+			return pod.Name, true
+		}), nil
 	}
 	gwClient, err := kubernetes.NewForConfig(p.gateway)
 	if err != nil {
