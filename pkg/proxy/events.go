@@ -257,8 +257,9 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	logger := klog.FromContext(ctx).WithValues("namespace", er.Namespace, "pod", er.Pod)
 	cluster, err := p.resolver.Resolve(ctx, er.Namespace, er.Pod)
 	if err != nil || len(validation.IsDNS1123Label(cluster)) > 0 {
-		// Events of pods that are not placed are Karmada's own.
-		p.servePassthrough(w, r)
+		// Events of pods that are not placed are Karmada's own. The caller
+		// was authenticated already (authorize mode, certificate callers).
+		p.forwardAs(w, r, em.karmada)
 		return
 	}
 	stateFrom(ctx).route = metrics.RouteEvents
@@ -352,8 +353,7 @@ func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster s
 		pod, err := p.readTemplate(ctx, em)
 		templates <- template{pod, err}
 	}()
-	var list corev1.EventList
-	listErr := p.getJSON(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), &list)
+	list, listErr := p.readMemberEvents(ctx, em, cluster)
 	t := <-templates
 	switch {
 	case t.err != nil:
@@ -368,6 +368,16 @@ func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster s
 		rewriteMemberEvent(&list.Items[i], cluster, pod)
 	}
 	return memberEvents{items: list.Items, cursor: memberCursor{cluster: cluster, resourceVersion: list.ResourceVersion}}
+}
+
+// readMemberEvents lists the member's events for the pod through the
+// cluster proxy, as memberIdentity says.
+func (p *Proxy) readMemberEvents(ctx context.Context, em *eventsMerge, cluster string) (*corev1.EventList, error) {
+	var list corev1.EventList
+	if err := p.getJSON(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), &list); err != nil {
+		return nil, err
+	}
+	return &list, nil
 }
 
 // readTemplate reads the pod template the request is about. A nil pod and

@@ -484,8 +484,8 @@ func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 // list sends the member's events for the pod that were not sent yet, or
 // changed since, and returns the list's resourceVersion.
 func (m *memberEventWatch) list(ctx context.Context, cluster string, template *corev1.Pod) (string, error) {
-	var list corev1.EventList
-	if err := m.p.getJSON(ctx, m.em.r, m.p.memberIdentity(m.em, "list"), memberEventsPath(cluster, m.em.eventsRequest, nil), &list); err != nil {
+	list, err := m.p.readMemberEvents(ctx, m.em, cluster)
+	if err != nil {
 		return "", err
 	}
 	for i := range list.Items {

@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"io"
@@ -126,7 +129,7 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		code, items := a.karmadaCode[map[bool]string{false: "list", true: "watch"}[isWatch]], a.karmadaItems
 		a.mu.Unlock()
-		serveEvents(w, r, isWatch, code, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV}, Items: items}, a.karmadaWatch)
+		serveFakeEvents(w, r, isWatch, code, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV}, Items: items}, a.karmadaWatch)
 		return
 	}
 	for name, m := range a.members {
@@ -134,16 +137,16 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			a.mu.Lock()
 			code, list := m.code, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: m.listRV}, Items: m.items}
 			a.mu.Unlock()
-			serveEvents(w, r, isWatch, code, list, m.watch)
+			serveFakeEvents(w, r, isWatch, code, list, m.watch)
 			return
 		}
 	}
 	http.NotFound(w, r)
 }
 
-// serveEvents answers an events list with list, a watch with lines, or
+// serveFakeEvents answers an events list with list, a watch with lines, or
 // either with a refusal when code is not 0.
-func serveEvents(w http.ResponseWriter, r *http.Request, isWatch bool, code int, list *corev1.EventList, lines <-chan string) {
+func serveFakeEvents(w http.ResponseWriter, r *http.Request, isWatch bool, code int, list *corev1.EventList, lines <-chan string) {
 	switch {
 	case code != 0:
 		writeJSON(w, code, forbiddenStatus())
@@ -644,6 +647,29 @@ func TestEventsAuthorizeMode(t *testing.T) {
 		}
 		if n := len(api.requests(memberPath)); n != 0 {
 			t.Fatalf("%d member requests after a denial", n)
+		}
+	})
+
+	t.Run("unplaced pod, certificate caller", func(t *testing.T) {
+		// The caller is authenticated once: the karmada-only answer reuses it.
+		authz := &fakeAuthorizer{caller: Caller{Name: "alice"}}
+		api := newFakeWatchAPI()
+		up := httptest.NewServer(api)
+		defer up.Close()
+		p := newTestProxy(t, Options{
+			Upstream: &rest.Config{Host: up.URL, BearerToken: "gateway-token"}, Resolver: &movingResolver{},
+			MergeMemberEvents: true, AuthMode: AuthAuthorize, Authorizer: authz,
+		})
+		req := rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, "")
+		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: "alice"}}}}
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		reqs := api.requests("/api/v1/namespaces/ci/events")
+		if rec.Code != http.StatusOK || len(reqs) != 1 || reqs[0].Header.Get("Impersonate-User") != "alice" || reqs[0].Header.Get("Authorization") != "Bearer gateway-token" {
+			t.Fatalf("code %d, karmada requests %v", rec.Code, reqs)
+		}
+		if authz.authed != 1 {
+			t.Errorf("the caller was authenticated %d times, want once", authz.authed)
 		}
 	})
 

@@ -281,20 +281,25 @@ func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logg
 
 func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	state := stateFrom(ctx)
 	if targetsPodSubresource(r.URL) {
 		// Unreachable behind guardPodRequests; passthrough must never carry a
 		// pod stream request karmada-apiserver would refuse as host-less.
 		writeStatus(w, apierrors.NewBadRequest("invalid pod subresource path"))
 		return
 	}
-	state.path, state.rawPath = r.URL.Path, r.URL.RawPath
-
 	id, err := p.passthroughIdentity(ctx, r)
 	if err != nil {
 		writeStatus(w, err)
 		return
 	}
+	p.forwardAs(w, r, id)
+}
+
+// forwardAs forwards r to karmada-apiserver unchanged, with id's
+// credentials.
+func (p *Proxy) forwardAs(w http.ResponseWriter, r *http.Request, id upstreamIdentity) {
+	state := stateFrom(r.Context())
+	state.path, state.rawPath = r.URL.Path, r.URL.RawPath
 	state.certVerified, state.gatewayIdentity, state.editHeader = id.certVerified, id.gateway, id.editHeader
 	p.forward(w, r)
 }
