@@ -136,6 +136,14 @@ func parsePodRequest(u *url.URL) (PodRequest, bool) {
 // segments resolved, with empty segments kept or dropped. It is deliberately
 // loose; a request it matches must pass parsePodRequest or is refused.
 func targetsPodSubresource(u *url.URL) bool {
+	return anyReading(u, podSubresourceShape)
+}
+
+// anyReading reports whether shape holds for some plausible reading of u's
+// path segments (leading and trailing empty segments dropped): fully
+// decoded or decoded per segment, with or without dot segments resolved,
+// with empty segments kept or dropped.
+func anyReading(u *url.URL, shape func(segs []string) bool) bool {
 	readings := [][]string{
 		strings.Split(u.Path, "/"),
 		unescapeSegments(strings.Split(u.EscapedPath(), "/")),
@@ -143,7 +151,7 @@ func targetsPodSubresource(u *url.URL) bool {
 	for _, segs := range readings {
 		for _, resolveDots := range []bool{false, true} {
 			for _, dropEmpty := range []bool{false, true} {
-				if podSubresourceShape(normalizeSegments(segs, resolveDots, dropEmpty)) {
+				if shape(normalizeSegments(segs, resolveDots, dropEmpty)) {
 					return true
 				}
 			}

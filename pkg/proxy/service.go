@@ -42,22 +42,10 @@ const servicePrefixSegs = 8
 // must pass parseServiceProxyRequest or is refused, so the gateway and
 // karmada-apiserver never disagree about which Service it is for.
 func targetsServiceProxy(u *url.URL) bool {
-	readings := [][]string{
-		strings.Split(u.Path, "/"),
-		unescapeSegments(strings.Split(u.EscapedPath(), "/")),
-	}
-	for _, segs := range readings {
-		for _, resolveDots := range []bool{false, true} {
-			for _, dropEmpty := range []bool{false, true} {
-				s := normalizeSegments(segs, resolveDots, dropEmpty)
-				if len(s) >= 7 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" &&
-					s[4] == "services" && s[6] == "proxy" {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return anyReading(u, func(s []string) bool {
+		return len(s) >= 7 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" &&
+			s[4] == "services" && s[6] == "proxy"
+	})
 }
 
 // parseServiceProxyRequest is the strict parse of the services/proxy route.
