@@ -24,11 +24,7 @@ func (r *Runner) Logs(ctx context.Context) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	gwClient, err := kubernetes.NewForConfig(p.gateway)
-	if err != nil {
-		return nil, err
-	}
-	directClient, err := kubernetes.NewForConfig(p.direct)
+	gwClient, directClient, err := p.clients()
 	if err != nil {
 		return nil, err
 	}

@@ -26,11 +26,7 @@ func (r *Runner) Passthrough(ctx context.Context) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	gw, err := kubernetes.NewForConfig(p.gateway)
-	if err != nil {
-		return nil, err
-	}
-	direct, err := kubernetes.NewForConfig(p.direct)
+	gw, direct, err := p.clients()
 	if err != nil {
 		return nil, err
 	}

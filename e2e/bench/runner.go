@@ -76,6 +76,17 @@ type Runner struct {
 // paths are the two clients a passthrough measurement compares.
 type paths struct{ gateway, direct *rest.Config }
 
+// clients builds a clientset for each path.
+func (p paths) clients() (gateway, direct *kubernetes.Clientset, err error) {
+	if gateway, err = kubernetes.NewForConfig(p.gateway); err != nil {
+		return nil, nil, err
+	}
+	if direct, err = kubernetes.NewForConfig(p.direct); err != nil {
+		return nil, nil, err
+	}
+	return gateway, direct, nil
+}
+
 func (r *Runner) logf(format string, args ...any) {
 	if r.Log != nil {
 		fmt.Fprintf(r.Log, "bench: "+format+"\n", args...)

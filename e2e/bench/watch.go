@@ -138,11 +138,7 @@ func (r *Runner) Watch(ctx context.Context) (*Table, error) {
 			return pod.Name, true
 		}), nil
 	}
-	gwClient, err := kubernetes.NewForConfig(p.gateway)
-	if err != nil {
-		return nil, err
-	}
-	directClient, err := kubernetes.NewForConfig(p.direct)
+	gwClient, directClient, err := p.clients()
 	if err != nil {
 		return nil, err
 	}
