@@ -55,6 +55,20 @@ func (f *fakeAuthorizer) Authenticate(_ context.Context, r *http.Request) (Calle
 	return f.caller, nil
 }
 
+// certRequestingGateway serves p over TLS asking for (not requiring) a
+// client certificate, as the gateway does with --client-ca-file, and
+// returns a pool that trusts it.
+func certRequestingGateway(t *testing.T, p *Proxy) (*httptest.Server, *x509.CertPool) {
+	t.Helper()
+	gw := httptest.NewUnstartedServer(p)
+	gw.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	gw.StartTLS()
+	t.Cleanup(gw.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(gw.Certificate())
+	return gw, pool
+}
+
 func clientCertificate(t *testing.T) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -205,13 +219,7 @@ func TestAuthorizeMode(t *testing.T) {
 			cfg := tlsUpstreamConfig(upstream)
 			cfg.BearerToken = "gateway-token"
 			p := newTestProxy(t, Options{Upstream: cfg, AuthMode: AuthAuthorize, Authorizer: tt.authz})
-			gw := httptest.NewUnstartedServer(p)
-			gw.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
-			gw.StartTLS()
-			defer gw.Close()
-
-			pool := x509.NewCertPool()
-			pool.AddCert(gw.Certificate())
+			gw, pool := certRequestingGateway(t, p)
 			clientTLS := &tls.Config{RootCAs: pool}
 			if tt.withCert {
 				clientTLS.Certificates = []tls.Certificate{clientCertificate(t)}
@@ -252,12 +260,7 @@ func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
 	cfg := tlsUpstreamConfig(upstream)
 	cfg.BearerToken = "gateway-token"
 	p := newTestProxy(t, Options{Upstream: cfg})
-	gw := httptest.NewUnstartedServer(p)
-	gw.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
-	gw.StartTLS()
-	defer gw.Close()
-	pool := x509.NewCertPool()
-	pool.AddCert(gw.Certificate())
+	gw, pool := certRequestingGateway(t, p)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCertificate(t)}}}}
 	defer client.CloseIdleConnections()
 	for _, target := range []string{"/api/v1/namespaces/ci/pods/p/exec", "/api/v1/namespaces/ci/pods/p"} {
