@@ -270,19 +270,12 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	members := make(chan memberEvents, 1)
 	go func() { members <- p.listMemberEvents(ctx, em, cluster) }()
 
-	res, err := p.get(ctx, r, em.karmada, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
+	list, res, body, err := p.listKarmadaEvents(ctx, em, r.URL.RawQuery)
 	if err != nil {
 		p.handleError(w, r, err)
 		return
 	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
-	if err != nil {
-		p.handleError(w, r, err)
-		return
-	}
-	var list corev1.EventList
-	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
+	if list == nil {
 		relayResponse(w, res, body)
 		return
 	}
@@ -303,7 +296,7 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 		list.Items = append(list.Items, m.items...)
 		p.eventCursors.remember(er, list.ResourceVersion, m.cursor)
 	}
-	out, err := json.Marshal(&list)
+	out, err := json.Marshal(list)
 	if err != nil {
 		p.handleError(w, r, err)
 		return
@@ -316,6 +309,26 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
+}
+
+// listKarmadaEvents lists karmada-apiserver's events with rawQuery. A nil
+// list with a response means karmada-apiserver refused it (or answered what
+// the gateway does not merge into): relay that.
+func (p *Proxy) listKarmadaEvents(ctx context.Context, em *eventsMerge, rawQuery string) (*corev1.EventList, *http.Response, []byte, error) {
+	res, err := p.get(ctx, em.r, em.karmada, em.r.URL.EscapedPath()+"?"+rawQuery)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var list corev1.EventList
+	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
+		return nil, res, body, nil
+	}
+	return &list, res, body, nil
 }
 
 func memberUnavailableMessage(cluster string, err error) string {

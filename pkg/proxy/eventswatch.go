@@ -135,7 +135,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	startRV := er.ResourceVersion
 	if !er.SendInitialEvents && (startRV == "" || startRV == "0") {
 		watchQuery := r.URL.Query()
-		list, res, body, err := p.listKarmadaEvents(ctx, em, watchQuery)
+		list, res, body, err := p.listKarmadaEvents(ctx, em, url.Values{"fieldSelector": watchQuery["fieldSelector"]}.Encode())
 		if err != nil {
 			p.handleError(w, r, err)
 			return
@@ -188,27 +188,6 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	mw := &memberEventWatch{p: p, em: em, out: memberMsgs, seen: map[string]string{}}
 	go mw.run(ctx, start)
 	m.serve(ctx, karmadaEvents, memberMsgs)
-}
-
-// listKarmadaEvents lists karmada-apiserver's events for the watch's
-// selector. A nil list with a response means karmada-apiserver refused it:
-// relay that.
-func (p *Proxy) listKarmadaEvents(ctx context.Context, em *eventsMerge, watchQuery url.Values) (*corev1.EventList, *http.Response, []byte, error) {
-	q := url.Values{"fieldSelector": watchQuery["fieldSelector"]}
-	res, err := p.get(ctx, em.r, em.karmada, em.r.URL.EscapedPath()+"?"+q.Encode())
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var list corev1.EventList
-	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
-		return nil, res, body, nil
-	}
-	return &list, res, body, nil
 }
 
 // karmadaWatchEvent is one event of karmada-apiserver's watch, kept as sent,
