@@ -270,13 +270,8 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	members := make(chan memberEvents, 1)
 	go func() { members <- p.listMemberEvents(ctx, em, cluster) }()
 
-	list, res, body, err := p.listKarmadaEvents(ctx, em, r.URL.RawQuery)
-	if err != nil {
-		p.handleError(w, r, err)
-		return
-	}
+	list, res := p.listKarmadaEvents(w, em, r.URL.RawQuery)
 	if list == nil {
-		relayResponse(w, res, body)
 		return
 	}
 
@@ -311,24 +306,28 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	_, _ = w.Write(out)
 }
 
-// listKarmadaEvents lists karmada-apiserver's events with rawQuery. A nil
-// list with a response means karmada-apiserver refused it (or answered what
-// the gateway does not merge into): relay that.
-func (p *Proxy) listKarmadaEvents(ctx context.Context, em *eventsMerge, rawQuery string) (*corev1.EventList, *http.Response, []byte, error) {
-	res, err := p.get(ctx, em.r, em.karmada, em.r.URL.EscapedPath()+"?"+rawQuery)
+// listKarmadaEvents lists karmada-apiserver's events with rawQuery. When it
+// cannot, or karmada-apiserver answers what the gateway does not merge into
+// (a refusal, a body that is not an EventList), it answers w itself, that
+// answer relayed as is, and returns a nil list.
+func (p *Proxy) listKarmadaEvents(w http.ResponseWriter, em *eventsMerge, rawQuery string) (*corev1.EventList, *http.Response) {
+	res, err := p.get(em.r.Context(), em.r, em.karmada, em.r.URL.EscapedPath()+"?"+rawQuery)
 	if err != nil {
-		return nil, nil, nil, err
+		p.handleError(w, em.r, err)
+		return nil, nil
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
 	if err != nil {
-		return nil, nil, nil, err
+		p.handleError(w, em.r, err)
+		return nil, nil
 	}
 	var list corev1.EventList
 	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
-		return nil, res, body, nil
+		relayResponse(w, res, body)
+		return nil, nil
 	}
-	return &list, res, body, nil
+	return &list, res
 }
 
 func memberUnavailableMessage(cluster string, err error) string {

@@ -135,13 +135,8 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	startRV := er.ResourceVersion
 	if !er.SendInitialEvents && (startRV == "" || startRV == "0") {
 		watchQuery := r.URL.Query()
-		list, res, body, err := p.listKarmadaEvents(ctx, em, url.Values{"fieldSelector": watchQuery["fieldSelector"]}.Encode())
-		if err != nil {
-			p.handleError(w, r, err)
-			return
-		}
+		list, _ := p.listKarmadaEvents(w, em, url.Values{"fieldSelector": watchQuery["fieldSelector"]}.Encode())
 		if list == nil {
-			relayResponse(w, res, body)
 			return
 		}
 		initial, startRV = list.Items, list.ResourceVersion
