@@ -10,25 +10,41 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
 
-.PHONY: all build test unit e2e demo tools etcd shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
+.PHONY: all build test unit e2e demo tools karmada etcd shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/gateway ./cmd/gateway
 
-## tools: kube-apiserver and kubectl from the tools module, helm from its own
-## module, etcd and shellcheck from Debian.
-tools: $(BIN)/kube-apiserver $(BIN)/kubectl $(BIN)/helm etcd shellcheck
+## tools: kube-apiserver, kube-controller-manager and kubectl from the tools
+## module, helm from its own module, Karmada from its source at one pinned
+## commit, etcd and shellcheck from Debian.
+tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl $(BIN)/helm karmada etcd shellcheck
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+
+$(BIN)/kube-controller-manager: $(TOOLS_DEPS)
+	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 
 $(BIN)/kubectl: $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl
 
 $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
 	cd hack/helm && $(GO) build -ldflags="$(HELM_LDFLAGS)" -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
+
+## karmada: karmada-aggregated-apiserver, -controller-manager, -scheduler and
+## -webhook built from Karmada's source at KARMADA_COMMIT into bin/karmada/,
+## the source kept in _output/karmada-src (the e2e environment applies its
+## CRDs and manifests). The source is KARMADA_SRC_ARCHIVE if that file exists
+## (an offline copy of the tree; by default the one a workspace may keep in
+## ../shared), else a git clone. Rebuilt only when the commit changes.
+KARMADA_COMMIT := f8fdd02df
+KARMADA_SRC_ARCHIVE ?= $(abspath $(CURDIR)/../shared/karmada/src/karmada-$(KARMADA_COMMIT).tar.gz)
+karmada:
+	@KARMADA_COMMIT=$(KARMADA_COMMIT) KARMADA_SRC_ARCHIVE=$(KARMADA_SRC_ARCHIVE) \
+		BIN_DIR=$(BIN) SRC_DIR=$(CURDIR)/_output/karmada-src GO=$(GO) hack/build-karmada.sh
 
 etcd:
 	@command -v etcd >/dev/null || hack/install-etcd.sh

@@ -13,4 +13,6 @@ printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
 chmod +x /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 "$(dirname "$0")/install-debian.sh" etcd-server
-etcd --version | head -1
+# sed reads all of etcd's output: `head -1` exiting first would kill etcd
+# with SIGPIPE and fail this script under pipefail.
+etcd --version | sed -n 1p
