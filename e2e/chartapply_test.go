@@ -49,14 +49,15 @@ const (
 // validation, so a field the schema would prune also fails the test.
 //
 // The Pod ResourceInterpreterCustomization has a fixed name and targets every
-// Pod: created for real it would change how the stand-in aggregates the
+// Pod: created for real it would change how Karmada aggregates the
 // status of every test's pods, and TestPodStatusFidelity needs none to exist.
 // It is validated by dry-run in both modes instead.
 //
 // Not parallel: it creates cluster-scoped RBAC (named after its own releases,
-// bound to the chart's default identity) and a ClusterPropagationPolicy. The
-// stand-in propagates only Pod templates selected by PropagationPolicies, so
-// neither changes what other tests see.
+// bound to the chart's default identity) and a ClusterPropagationPolicy
+// (selecting only the release's own member ClusterRole and binding, which
+// Karmada then creates in the members), so neither changes what other tests
+// see.
 func TestChartObjectsAccepted(t *testing.T) {
 	ctx := t.Context()
 	cfg := testEnv.KarmadaConfig(env.UserAdmin)

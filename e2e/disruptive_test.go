@@ -75,15 +75,40 @@ func expectExec(t *testing.T, mode, user, pod string) {
 	}
 }
 
+// expectImpersonationRefused checks that kubectl exec as user fails with
+// the member's refusal to let Karmada's impersonator impersonate group:
+// Karmada's unified-auth controller grants it only the users and groups
+// bound to clusters/proxy, and the cluster proxy impersonates every group
+// of the caller but system:authenticated.
+func expectImpersonationRefused(t *testing.T, user, group, pod string) {
+	t.Helper()
+	stdout, stderr, err := kubectlExecAs(t.Context(), user, pod)
+	if err == nil {
+		t.Errorf("passthrough mode: kubectl exec as %s (group %s not bound to clusters/proxy) succeeded (stdout %q)", user, group, stdout)
+		return
+	}
+	want := fmt.Sprintf(`groups %q is forbidden: User "system:serviceaccount:%s:karmada-impersonator" cannot impersonate resource "groups"`, group, env.KarmadaCluster)
+	if !strings.Contains(stderr, want) {
+		t.Errorf("passthrough mode: kubectl exec as %s: %q, want Karmada's impersonation refusal %q", user, stderr, want)
+	}
+	st := rawExecStatus(t, user, env.Namespace, pod)
+	if st.Code != 403 || !strings.Contains(st.Message, want) {
+		t.Errorf("passthrough mode: POST pods/%s/exec as %s: %+v, want a 403 Status %q", pod, user, st, want)
+	}
+}
+
 // testAuthModes: in passthrough mode karmada-apiserver and the member
-// decide (exec-only may, no-exec and exec-karmada-only may not); in
+// decide (exec-only may; no-exec and exec-karmada-only may not, nor
+// exec-group-unbound, whose group Karmada may not impersonate); in
 // authorize mode the gateway decides from pod RBAC in karmada-apiserver
-// alone (exec-karmada-only may too, no-exec still may not).
+// alone (exec-karmada-only and exec-group-unbound may too, no-exec still
+// may not).
 func testAuthModes(t *testing.T) {
 	const pod = "disrupt-member1"
 	expectExec(t, "passthrough", env.UserExecOnly, pod)
 	expectForbidden(t, "passthrough", env.UserNoExec, pod)
 	expectForbidden(t, "passthrough", env.UserExecKarmadaOnly, pod)
+	expectImpersonationRefused(t, env.UserExecGroupUnbound, env.GroupUnbound, pod)
 
 	if err := testEnv.RestartGateway(t.Context(), "--auth-mode=authorize"); err != nil {
 		t.Fatal(err)
@@ -96,12 +121,13 @@ func testAuthModes(t *testing.T) {
 		}
 	})
 	expectExec(t, "authorize", env.UserExecKarmadaOnly, pod)
+	expectExec(t, "authorize", env.UserExecGroupUnbound, pod)
 	expectExec(t, "authorize", env.UserExecOnly, pod)
 	expectForbidden(t, "authorize", env.UserNoExec, pod)
 }
 
 // testMemberDown stops member1's apiserver: exec into its pod gets a 503
-// Status naming member1 once the stand-in marks the Cluster not Ready
+// Status naming member1 once Karmada marks the Cluster not Ready
 // (within seconds, never a hang), exec into member2's pod keeps working,
 // and member1 serves again once it is back.
 func testMemberDown(t *testing.T) {

@@ -1,6 +1,6 @@
 // The e2e environment and tests are a module of their own so that what they
-// need (the CRI streaming server for the node agent, a Lua engine for the
-// Karmada stand-in) never enters the product's go.mod.
+// need (the CRI streaming server for the node agent, a WebSocket client)
+// never enters the product's go.mod.
 module github.com/karmada-exec-gateway/karmada-exec-gateway/e2e
 
 go 1.26.8
@@ -9,11 +9,9 @@ replace github.com/karmada-exec-gateway/karmada-exec-gateway => ../
 
 require (
 	github.com/creack/pty v1.1.18
-	github.com/google/uuid v1.6.0
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 	github.com/karmada-exec-gateway/karmada-exec-gateway v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
-	github.com/yuin/gopher-lua v1.1.2
 	golang.org/x/sys v0.48.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -23,7 +21,6 @@ require (
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/streaming v0.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
-	layeh.com/gopher-json v0.0.0-20201124131017-552bb3c4c3bf
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -50,6 +47,7 @@ require (
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect

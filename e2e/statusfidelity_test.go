@@ -30,21 +30,23 @@ const (
 	fidelityContainer = "build"
 	fidelityImage     = "registry.example/ci/build:1.0"
 	// symptomTimeout bounds the executor-style waits expected to hang
-	// without the customization: several of the stand-in's status syncs
-	// (they follow member pod events), short enough to keep the test quick.
+	// without the customization: several of Karmada's status syncs (they
+	// follow member pod events), short enough to keep the test quick.
 	symptomTimeout = 10 * time.Second
 	// fixedTimeout bounds the same waits once the customization is applied.
 	fixedTimeout = 30 * time.Second
 )
 
 // TestPodStatusFidelity shows the symptom deploy/karmada/README.md
-// describes, through the gateway against the real topology, and that the
-// shipped pod-status-interpreter.yaml fixes it for a pod already running:
-// without it the template is Running with a nameless ready container status
-// and no conditions, so GitLab Runner's wait (container "build" ready),
-// fabric8's (condition Ready True) and kubectl wait all time out; with it
-// they all succeed and the template carries the member pod's IPs, start time
-// and container name and image.
+// describes, through the gateway against real Karmada, and that the shipped
+// pod-status-interpreter.yaml fixes it: without it the template is Running
+// with a nameless ready container status and no conditions, so GitLab
+// Runner's wait (container "build" ready), fabric8's (condition Ready True)
+// and kubectl wait all time out; with it they all succeed for a pod created
+// after it, and the template carries the member pod's IPs, start time and
+// container name and image. (Karmada applies the customization to statuses
+// it aggregates from then on: a pod already running keeps its stale status
+// until its member status changes, as deploy/karmada/README.md says.)
 //
 // Not parallel: the customization is cluster-scoped and changes every Pod
 // template's status, which other tests could observe.
@@ -99,18 +101,10 @@ func TestPodStatusFidelity(t *testing.T) {
 		}
 	})
 
-	createFidelityPod(t)
+	createFidelityPod(t, fidelityPod)
 	if _, err := e.WaitPodRunning(ctx, env.Namespace, fidelityPod, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	clusters, err := e.PodClusters(ctx, env.Namespace, fidelityPod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(clusters) != 1 {
-		t.Fatalf("pod scheduled to %v, want exactly one cluster", clusters)
-	}
-	member := clusters[0]
 
 	gwConfig, err := e.GatewayConfig(env.UserAdmin)
 	if err != nil {
@@ -123,20 +117,23 @@ func TestPodStatusFidelity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	get := func(ctx context.Context) (*corev1.Pod, error) {
-		// A stopped stand-in would make every wait below time out for
-		// the wrong reason.
-		if err := e.ComponentErrors(); err != nil {
-			return nil, err
+	getPod := func(name string) func(ctx context.Context) (*corev1.Pod, error) {
+		return func(ctx context.Context) (*corev1.Pod, error) {
+			// A stopped node agent would make every wait below time out
+			// for the wrong reason.
+			if err := e.ComponentErrors(); err != nil {
+				return nil, err
+			}
+			pod, err := gw.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("get pod %s through the gateway: %w", name, err)
+			}
+			return pod, nil
 		}
-		pod, err := gw.CoreV1().Pods(env.Namespace).Get(ctx, fidelityPod, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("get pod %s through the gateway: %w", fidelityPod, err)
-		}
-		return pod, nil
 	}
+	get := getPod(fidelityPod)
 
-	// Step 2: the symptom. First wait until the stand-in has written the
+	// Step 2: the symptom. First wait until Karmada has written the
 	// member's container readiness to the template, so that the timeouts
 	// below are about the missing name and condition, not a slow sync.
 	synced, err := waitTemplate(ctx, get, symptomTimeout, func(pod *corev1.Pod) bool {
@@ -184,12 +181,15 @@ func TestPodStatusFidelity(t *testing.T) {
 	}
 	t.Logf("without the customization, all three waits timed out after %s: %s", symptomTimeout, statusSummary(gitlabLast))
 
-	// Step 3: apply the shipped customization to karmada-apiserver; the
-	// running pod's template is re-aggregated at the next status sync.
+	// Step 3: apply the shipped customization to karmada-apiserver, then
+	// run the next job's pod.
 	if _, err := customizations.Create(ctx, shipped, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ResourceInterpreterCustomization %s: %v", name, err)
 	}
 	applied := time.Now()
+	fixedPod := fidelityPod + "-next"
+	createFidelityPod(t, fixedPod)
+	get = getPod(fixedPod)
 	tmpl, err := waitTemplate(ctx, get, fixedTimeout, gitlabContainerReady)
 	if err != nil {
 		t.Fatalf("GitLab Runner's wait with the customization (last status %s): %v", statusSummary(tmpl), err)
@@ -199,7 +199,14 @@ func TestPodStatusFidelity(t *testing.T) {
 	}
 	t.Logf("with the customization, both waits succeeded %s after it was created: %s", time.Since(applied).Round(time.Millisecond), statusSummary(tmpl))
 
-	memberPod, err := e.MemberPod(ctx, member, env.Namespace, fidelityPod)
+	clusters, err := e.PodClusters(ctx, env.Namespace, fixedPod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(clusters) != 1 {
+		t.Fatalf("pod scheduled to %v, want exactly one cluster", clusters)
+	}
+	memberPod, err := e.MemberPod(ctx, clusters[0], env.Namespace, fixedPod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,11 +230,11 @@ func TestPodStatusFidelity(t *testing.T) {
 	kctx, cancel := context.WithTimeout(ctx, fixedTimeout+10*time.Second)
 	defer cancel()
 	if _, _, err := e.RunKubectl(kctx, e.GatewayKubeconfig(env.UserAdmin), nil,
-		"wait", "--for=condition=Ready", "pod/"+fidelityPod, fmt.Sprintf("--timeout=%s", fixedTimeout)); err != nil {
+		"wait", "--for=condition=Ready", "pod/"+fixedPod, fmt.Sprintf("--timeout=%s", fixedTimeout)); err != nil {
 		t.Errorf("kubectl wait with the customization: %v", err)
 	}
 	jsonpath := fmt.Sprintf(`jsonpath={.status.containerStatuses[?(@.name=="%s")].ready}`, fidelityContainer)
-	if stdout, _, err := e.RunKubectl(kctx, e.GatewayKubeconfig(env.UserAdmin), nil, "get", "pod", fidelityPod, "-o", jsonpath); err != nil {
+	if stdout, _, err := e.RunKubectl(kctx, e.GatewayKubeconfig(env.UserAdmin), nil, "get", "pod", fixedPod, "-o", jsonpath); err != nil {
 		t.Errorf("kubectl get: %v", err)
 	} else if stdout != "true" {
 		t.Errorf("kubectl get -o %s printed %q, want %q", jsonpath, stdout, "true")
@@ -275,16 +282,16 @@ func deleteCustomization(ctx context.Context, client dynamic.NamespaceableResour
 	return nil
 }
 
-// createFidelityPod creates a policy selecting only the fidelity pod and
-// the pod itself (a single container named build) through the gateway as
-// admin; both are deleted when t ends.
-func createFidelityPod(t *testing.T) {
+// createFidelityPod creates a policy selecting only the pod name and the pod
+// itself (a single container named build) through the gateway as admin;
+// both are deleted when t ends.
+func createFidelityPod(t *testing.T, name string) {
 	t.Helper()
 	e := testEnv
 	ctx := t.Context()
-	policy := env.PropagationPolicy(env.Namespace, fidelityPod, e.Members())
+	policy := env.PropagationPolicy(env.Namespace, name, e.Members())
 	spec := policy.Object["spec"].(map[string]any)
-	spec["resourceSelectors"] = []any{map[string]any{"apiVersion": "v1", "kind": "Pod", "name": fidelityPod}}
+	spec["resourceSelectors"] = []any{map[string]any{"apiVersion": "v1", "kind": "Pod", "name": name}}
 	// Above any namespace-wide policy, so this one decides.
 	spec["priority"] = int64(10)
 	if err := e.CreatePolicy(ctx, policy); err != nil {
@@ -296,14 +303,14 @@ func createFidelityPod(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := e.DeletePod(ctx, env.Namespace, fidelityPod); err != nil {
+		if err := e.DeletePod(ctx, env.Namespace, name); err != nil {
 			t.Errorf("delete pod: %v", err)
 		}
-		if err := e.DeletePolicy(ctx, env.Namespace, fidelityPod); err != nil {
+		if err := e.DeletePolicy(ctx, env.Namespace, name); err != nil {
 			t.Errorf("delete policy: %v", err)
 		}
 	})
-	pod := env.ShellPod(env.Namespace, fidelityPod, "sleep 3600")
+	pod := env.ShellPod(env.Namespace, name, "sleep 3600")
 	pod.Spec.Containers[0].Name = fidelityContainer
 	pod.Spec.Containers[0].Image = fidelityImage
 	cfg, err := e.GatewayConfig(env.UserAdmin)

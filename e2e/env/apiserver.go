@@ -17,11 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// standInService is the Service the APIService points at (the name in
-// Karmada's own karmada-aggregated-apiserver-apiservice.yaml); the aggregator
-// verifies the stand-in's certificate for <service>.<namespace>.svc.
-const standInService = "karmada-aggregated-apiserver"
-
 var loopbackHosts = []string{"127.0.0.1", "::1", "localhost"}
 
 // apiServer is one kube-apiserver process.
@@ -58,9 +53,6 @@ func (e *Env) writeCredentials() error {
 	for _, u := range Users {
 		e.tokens[u] = randomToken()
 	}
-	for _, m := range e.opts.Members {
-		e.tokens[ImpersonatorUser(m)] = randomToken()
-	}
 
 	newServer := func(name string, users map[string]string) (*apiServer, error) {
 		port, err := freePort()
@@ -77,14 +69,17 @@ func (e *Env) writeCredentials() error {
 		}
 		return s, nil
 	}
-	// user -> groups (comma separated). The executors' group is bound to
-	// nothing: it is there so the cluster proxy has a group to impersonate.
-	karmadaUsers := map[string]string{UserAdmin: "system:masters", UserExecOnly: "e2e:executors", UserNoExec: "", UserGateway: "", UserExecKarmadaOnly: "e2e:executors"}
+	// user -> groups (comma separated). The cluster proxy impersonates each
+	// group in the member, so a passthrough caller's groups matter.
+	karmadaUsers := map[string]string{
+		UserAdmin: "system:masters", UserExecOnly: GroupExecutors, UserNoExec: "", UserGateway: "",
+		UserExecKarmadaOnly: "e2e:karmada-only", UserExecGroupUnbound: GroupUnbound,
+	}
 	if e.karmada, err = newServer(KarmadaName, karmadaUsers); err != nil {
 		return err
 	}
 	for _, m := range e.opts.Members {
-		users := map[string]string{UserAdmin: "system:masters", ImpersonatorUser(m): ""}
+		users := map[string]string{UserAdmin: "system:masters"}
 		if e.members[m], err = newServer(m, users); err != nil {
 			return err
 		}
@@ -240,14 +235,14 @@ func (e *Env) waitReady(ctx context.Context, s *apiServer) error {
 // StopMember stops member's apiserver, an outage as the rest of the
 // topology sees it: SIGTERM, then SIGKILL after 3s (kube-apiserver can take
 // longer than that to exit while clients hold streams). The node agent and
-// the stand-in keep running and see it go.
+// Karmada keep running and see it go.
 func (e *Env) StopMember(name string) {
 	e.member(name).proc.stop(3 * time.Second)
 }
 
 // StartMember starts member's apiserver again, on the same port with the
-// same data, and waits for /readyz and for the stand-in to report the
-// Cluster Ready and proxy to it again.
+// same data, and waits for /readyz and for Karmada to report the Cluster
+// Ready and proxy to it again.
 func (e *Env) StartMember(ctx context.Context, name string) error {
 	s := e.member(name)
 	if err := s.proc.start(); err != nil {

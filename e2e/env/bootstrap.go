@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,10 +24,6 @@ import (
 )
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-// apiServiceFile is Karmada's APIService manifest; the stand-in registers its
-// own APIService (with the real caBundle and port) instead.
-const apiServiceFile = "karmada-aggregated-apiserver-apiservice.yaml"
 
 // podRules are what an executor needs: read pods, and the streaming
 // subresources. get and create both, because kube-apiserver 1.35+ authorizes
@@ -90,17 +85,6 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, m := range e.opts.Members {
-		// The Cluster's spec.impersonatorSecretRef names this, as in Karmada.
-		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: ImpersonatorUser(m), Namespace: KarmadaCluster},
-			Type:       corev1.SecretTypeOpaque,
-			Data:       map[string][]byte{"token": []byte(e.tokens[ImpersonatorUser(m)])},
-		}
-		if err := create(ctx, cs.CoreV1().Secrets(KarmadaCluster).Create, secret); err != nil {
-			return err
-		}
-	}
 	rbac := []rbacObject{
 		role(Namespace, "e2e:executor", podRules...),
 		roleBinding(Namespace, "e2e:executor", "Role", "e2e:executor", UserExecOnly),
@@ -110,8 +94,17 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 		// Executors read their pods' events (GitLab Runner's pod events, Jenkins).
 		role(Namespace, "e2e:events-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}}),
 		roleBinding(Namespace, "e2e:events-reader", "Role", "e2e:events-reader", UserExecKarmadaOnly),
+		// Passthrough callers, as an operator binds them on real Karmada: the
+		// user and each of its groups (the cluster proxy impersonates them
+		// all, and Karmada's unified-auth controller lets its impersonator
+		// impersonate only subjects of ClusterRoleBindings to clusters/proxy).
 		clusterRole("e2e:cluster-proxy", clusterProxyRule),
-		clusterRoleBinding("e2e:cluster-proxy", "e2e:cluster-proxy", UserExecOnly),
+		clusterRoleBindingTo("e2e:cluster-proxy", "e2e:cluster-proxy",
+			userSubject(UserAdmin), groupSubject("system:masters"),
+			userSubject(UserExecOnly), groupSubject(GroupExecutors),
+			// Bound as a user only: its group GroupUnbound is not.
+			userSubject(UserExecGroupUnbound)),
+		roleBinding(Namespace, "e2e:executor-group-unbound", "Role", "e2e:executor", UserExecGroupUnbound),
 		role(Namespace, "e2e:pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}),
 		roleBinding(Namespace, "e2e:pod-reader", "Role", "e2e:pod-reader", UserNoExec),
 		clusterRole("karmada-exec-gateway",
@@ -136,10 +129,11 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 	return waitCRDs(ctx, dyn, crdNames)
 }
 
-// bootstrapMember creates in a member what Karmada's unified-auth controller
-// would (the impersonator may impersonate the callers), plus the member-side
-// RBAC a cluster admin gives the impersonated identities: exec-only for
-// passthrough mode, the gateway's identity for authorize mode.
+// bootstrapMember creates the member-side RBAC a cluster admin gives the
+// identities the cluster proxy impersonates (Karmada creates none): the
+// executors for passthrough mode, the gateway's identity for authorize mode.
+// What the impersonator may impersonate is Karmada's unified-auth
+// controller's to push.
 func (e *Env) bootstrapMember(ctx context.Context, member string) error {
 	cs, err := kubernetes.NewForConfig(e.MemberConfig(member))
 	if err != nil {
@@ -149,13 +143,9 @@ func (e *Env) bootstrapMember(ctx context.Context, member string) error {
 		return err
 	}
 	rbac := []rbacObject{
-		clusterRole("karmada-impersonator",
-			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
-			rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/*", "uids"}, Verbs: []string{"impersonate"}},
-		),
-		clusterRoleBinding("karmada-impersonator", "karmada-impersonator", ImpersonatorUser(member)),
 		role(Namespace, "e2e:executor", podRules...),
 		roleBinding(Namespace, "e2e:executor", "Role", "e2e:executor", UserExecOnly),
+		roleBinding(Namespace, "e2e:executor-group-unbound", "Role", "e2e:executor", UserExecGroupUnbound),
 		clusterRole("karmada-exec-gateway", gatewayMemberRules...),
 		clusterRoleBinding("karmada-exec-gateway", "karmada-exec-gateway", UserGateway),
 	}
@@ -198,8 +188,12 @@ func clusterRole(name string, rules ...rbacv1.PolicyRule) rbacObject {
 	}
 }
 
-func userSubject(user string) []rbacv1.Subject {
-	return []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+func userSubject(user string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}
+}
+
+func groupSubject(group string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: group}
 }
 
 func roleBinding(ns, name, kind, roleName, user string) rbacObject {
@@ -207,32 +201,33 @@ func roleBinding(ns, name, kind, roleName, user string) rbacObject {
 		return create(ctx, cs.RbacV1().RoleBindings(ns).Create, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: roleName},
-			Subjects:   userSubject(user),
+			Subjects:   []rbacv1.Subject{userSubject(user)},
 		})
 	}
 }
 
 func clusterRoleBinding(name, roleName, user string) rbacObject {
+	return clusterRoleBindingTo(name, roleName, userSubject(user))
+}
+
+func clusterRoleBindingTo(name, roleName string, subjects ...rbacv1.Subject) rbacObject {
 	return func(ctx context.Context, cs kubernetes.Interface) error {
 		return create(ctx, cs.RbacV1().ClusterRoleBindings().Create, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roleName},
-			Subjects:   userSubject(user),
+			Subjects:   subjects,
 		})
 	}
 }
 
 // applyCRDs creates every CRD in dir and returns their names.
 func applyCRDs(ctx context.Context, dyn dynamic.Interface, dir string) ([]string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	files, err := crdFiles(dir)
 	if err != nil {
 		return nil, err
 	}
 	var names []string
 	for _, f := range files {
-		if filepath.Base(f) == apiServiceFile {
-			continue
-		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err

@@ -15,7 +15,7 @@ func TestIssueServingCertVerifiesForLoopbackAndServiceNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts := append(slices.Clone(loopbackHosts), standInService+"."+KarmadaSystem+".svc")
+	hosts := append(slices.Clone(loopbackHosts), aggregatedService+"."+KarmadaSystem+".svc")
 	kp, err := ca.issue(dir, "serving", "serving", nil, hosts)
 	if err != nil {
 		t.Fatal(err)

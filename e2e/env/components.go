@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,30 +14,22 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/nodeagent"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/standin"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 // NodeName is the one Node the node agent registers in member.
 func NodeName(member string) string { return member + "-node" }
 
-// startComponents starts a node agent per member and the Karmada stand-in in
-// this process, then waits until every Node is Ready and the cluster proxy
-// reaches every member.
-func (e *Env) startComponents(ctx context.Context) error {
+// startNodeAgents starts a node agent per member in this process and waits
+// until every Node is Ready.
+func (e *Env) startNodeAgents(ctx context.Context) error {
 	for _, m := range e.opts.Members {
 		if err := e.startNodeAgent(m); err != nil {
 			return fmt.Errorf("node agent of %s: %w", m, err)
 		}
 	}
-	if err := e.startStandIn(); err != nil {
-		return fmt.Errorf("stand-in: %w", err)
-	}
 	for _, m := range e.opts.Members {
 		if err := e.waitNodeReady(ctx, m); err != nil {
-			return err
-		}
-		if err := e.WaitClusterReady(ctx, m); err != nil {
 			return err
 		}
 	}
@@ -74,38 +65,6 @@ func (e *Env) startNodeAgent(member string) error {
 	return e.runComponent("nodeagent-"+member, agent.Run)
 }
 
-func (e *Env) startStandIn() error {
-	serving, err := e.ca.issue(e.pkiDir, "standin", standInService, nil, append(slices.Clone(loopbackHosts),
-		standInService+"."+KarmadaSystem+".svc",
-		standInService+"."+KarmadaSystem+".svc.cluster.local"))
-	if err != nil {
-		return err
-	}
-	members := make([]standin.Member, 0, len(e.opts.Members))
-	for _, m := range e.opts.Members {
-		members = append(members, standin.Member{Name: m, Config: e.MemberConfig(m)})
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	s, err := standin.New(standin.Options{
-		Karmada:                   e.KarmadaConfig(UserAdmin),
-		Members:                   members,
-		Listener:                  l,
-		ServingCert:               serving.TLS,
-		ServingCA:                 e.CAPEM(),
-		RequestHeaderCAs:          e.frontProxyCA.pool,
-		RequestHeaderAllowedNames: []string{"front-proxy-client"},
-		HealthInterval:            time.Second,
-	})
-	if err != nil {
-		l.Close()
-		return err
-	}
-	return e.runComponent("standin", s.Run)
-}
-
 func (e *Env) waitNodeReady(ctx context.Context, member string) error {
 	client, err := e.MemberClient(member)
 	if err != nil {
@@ -137,7 +96,8 @@ func (e *Env) waitNodeReady(ctx context.Context, member string) error {
 
 // WaitClusterReady waits until the Cluster is Ready and a list through its
 // proxy answers, which needs the APIService available, the aggregator
-// trusting the stand-in, the impersonator Secret and the member RBAC.
+// trusting the aggregated apiserver, the impersonator Secret and the
+// impersonation RBAC Karmada's unified-auth controller pushed to the member.
 func (e *Env) WaitClusterReady(ctx context.Context, member string) error {
 	client, err := kubernetes.NewForConfig(e.KarmadaConfig(UserAdmin))
 	if err != nil {

@@ -1,7 +1,10 @@
 // Package env starts the end-to-end topology as local processes on loopback:
 // one etcd, a karmada-apiserver with the Karmada CRDs, member kube-apiservers,
-// a node agent per member and the Karmada stand-in (in-process), and the
-// gateway as a real process built from cmd/gateway.
+// a node agent per member (in-process), real Karmada (karmada-aggregated-
+// apiserver, -controller-manager, -scheduler and -webhook built from its
+// source, plus kube-controller-manager for garbage collection) with every
+// member joined in Push mode as `karmadactl join` does, and the gateway as a
+// real process built from cmd/gateway.
 //
 // Everything is generated into a work directory (CA, serving and client
 // certificates, static token files, kubeconfigs per user, logs), every port is
@@ -9,9 +12,15 @@
 // group so Stop can take the whole tree down even when a test fails. Users are
 // static tokens, so RBAC — not certificates — decides what each may do:
 //
-//	admin                  system:masters everywhere
-//	exec-only              pods + pods/{exec,attach,log,portforward} in namespace e2e, clusters/proxy
+//	admin                  system:masters everywhere; user and group bound to clusters/proxy
+//	exec-only              pods + pods/{exec,attach,log,portforward} in namespace e2e; user and group bound to clusters/proxy
+//	exec-group-unbound     exec-only's rules, but only its user is bound to clusters/proxy, not its group
+//	exec-karmada-only      exec-only's rules in karmada-apiserver only, no clusters/proxy
 //	no-exec                get/list pods in e2e, nothing else
 //	karmada-exec-gateway   what the gateway needs in karmada-apiserver and, impersonated, in members
-//	<member>-impersonator  in each member: the token the cluster proxy forwards with
+//
+// In members, Karmada's own ServiceAccounts (karmada-cluster/karmada-<member>
+// and karmada-impersonator) authenticate with TokenRequest tokens; what the
+// impersonator may impersonate is pushed by Karmada's unified-auth controller
+// from the clusters/proxy ClusterRoleBindings above, as on any real Karmada.
 package env

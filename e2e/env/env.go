@@ -31,6 +31,17 @@ const (
 	// anything in members: only authorize mode, where the gateway reaches
 	// members as itself, lets it exec or GET through services/proxy.
 	UserExecKarmadaOnly = "exec-karmada-only"
+	// UserExecGroupUnbound has exec-only's rules everywhere and its user is
+	// bound to clusters/proxy, but its group is not: Karmada's unified-auth
+	// controller then lets the cluster proxy impersonate the user and not
+	// the group, so passthrough mode fails for it in the member.
+	UserExecGroupUnbound = "exec-group-unbound"
+
+	// GroupExecutors is exec-only's group, bound to clusters/proxy as a
+	// passthrough caller's groups must be.
+	GroupExecutors = "e2e:executors"
+	// GroupUnbound is exec-group-unbound's group, bound to nothing.
+	GroupUnbound = "e2e:unbound"
 
 	// Namespace is where the test users' pod permissions apply.
 	Namespace = "e2e"
@@ -44,16 +55,23 @@ const (
 )
 
 // Users lists the users of karmada-apiserver, in the order kubeconfigs are written.
-var Users = []string{UserAdmin, UserExecOnly, UserNoExec, UserGateway, UserExecKarmadaOnly}
+var Users = []string{UserAdmin, UserExecOnly, UserNoExec, UserGateway, UserExecKarmadaOnly, UserExecGroupUnbound}
 
-// ImpersonatorUser is the member user whose token the cluster proxy forwards with.
+// ImpersonatorUser names, in Token, the token of member's impersonator
+// ServiceAccount (karmada-cluster/karmada-impersonator), which the cluster
+// proxy forwards with.
 func ImpersonatorUser(member string) string { return member + "-impersonator" }
 
 // Options configures Start. Zero values get defaults from DefaultOptions.
 type Options struct {
-	// BinDir holds kube-apiserver and kubectl.
+	// BinDir holds kube-apiserver, kube-controller-manager, kubectl and,
+	// in karmada/, Karmada's binaries (make tools builds them all).
 	BinDir string
-	// CRDDir holds the Karmada CRDs; every YAML but the APIService file is applied.
+	// KarmadaSrcDir is Karmada's source tree at the pinned commit; its
+	// deploy manifests (APIService, webhook configuration) are applied.
+	KarmadaSrcDir string
+	// CRDDir holds the Karmada CRDs, in folders below it; every CRD is applied
+	// (default: KarmadaSrcDir/charts/karmada/_crds/bases).
 	CRDDir string
 	// Etcd is the etcd binary (default /usr/bin/etcd).
 	Etcd string
@@ -68,7 +86,7 @@ type Options struct {
 	// Log receives one line per startup step; nil discards.
 	Log io.Writer
 	// ComponentLogVerbosity is the klog verbosity of the in-process node
-	// agents and stand-in, whose logs go to WorkDir/logs.
+	// agents, whose logs go to WorkDir/logs.
 	ComponentLogVerbosity int
 }
 
@@ -111,6 +129,7 @@ type Env struct {
 	etcdTmpfsDir string
 	karmada      *apiServer
 	members      map[string]*apiServer
+	karmadaProcs karmadaProcesses
 
 	gwMu       sync.Mutex
 	gateway    *gateway
@@ -124,10 +143,10 @@ type Env struct {
 	stopOnce sync.Once
 }
 
-// DefaultOptions fills the paths from the E2E_BIN_DIR, E2E_CRD_DIR and
-// E2E_ETCD environment variables, else from the repository around the
-// working directory (bin/ and ../shared/karmada/crds next to the root go.mod).
-// E2E_KEEP=1 keeps the work directory.
+// DefaultOptions fills the paths from the E2E_BIN_DIR, E2E_KARMADA_SRC,
+// E2E_CRD_DIR and E2E_ETCD environment variables, else from the repository
+// around the working directory (bin/ and _output/karmada-src, where
+// `make tools` puts them). E2E_KEEP=1 keeps the work directory.
 func DefaultOptions(opts Options) Options {
 	root, _ := FindRepoRoot()
 	if opts.BinDir == "" {
@@ -136,11 +155,17 @@ func DefaultOptions(opts Options) Options {
 	if opts.BinDir == "" && root != "" {
 		opts.BinDir = filepath.Join(root, "bin")
 	}
+	if opts.KarmadaSrcDir == "" {
+		opts.KarmadaSrcDir = os.Getenv("E2E_KARMADA_SRC")
+	}
+	if opts.KarmadaSrcDir == "" && root != "" {
+		opts.KarmadaSrcDir = filepath.Join(root, "_output", "karmada-src")
+	}
 	if opts.CRDDir == "" {
 		opts.CRDDir = os.Getenv("E2E_CRD_DIR")
 	}
-	if opts.CRDDir == "" && root != "" {
-		opts.CRDDir = filepath.Join(root, "..", "shared", "karmada", "crds")
+	if opts.CRDDir == "" && opts.KarmadaSrcDir != "" {
+		opts.CRDDir = filepath.Join(opts.KarmadaSrcDir, "charts", "karmada", "_crds", "bases")
 	}
 	if opts.Etcd == "" {
 		opts.Etcd = os.Getenv("E2E_ETCD")
@@ -194,13 +219,22 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // On error everything already started is stopped again.
 func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	opts = DefaultOptions(opts)
-	for _, bin := range []string{filepath.Join(opts.BinDir, "kube-apiserver"), filepath.Join(opts.BinDir, "kubectl"), opts.Etcd} {
+	bins := []string{opts.Etcd}
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kubectl"} {
+		bins = append(bins, filepath.Join(opts.BinDir, b))
+	}
+	for _, b := range []string{karmadaAggregatedAPIServer, karmadaControllerManager, karmadaScheduler, karmadaWebhook} {
+		bins = append(bins, filepath.Join(opts.BinDir, "karmada", b))
+	}
+	for _, bin := range bins {
 		if !fileExists(bin) {
-			return nil, fmt.Errorf("%s is missing (make tools builds kube-apiserver and kubectl; apt-get install etcd-server gives etcd)", bin)
+			return nil, fmt.Errorf("%s is missing (make tools builds Kubernetes' and Karmada's binaries; apt-get install etcd-server gives etcd)", bin)
 		}
 	}
-	if !fileExists(opts.CRDDir) {
-		return nil, fmt.Errorf("CRD directory %s is missing", opts.CRDDir)
+	for _, dir := range []string{opts.KarmadaSrcDir, opts.CRDDir} {
+		if !fileExists(dir) {
+			return nil, fmt.Errorf("Karmada source %s is missing (make tools fetches it)", dir)
+		}
 	}
 	e := &Env{opts: opts, log: opts.Log, tokens: map[string]string{}, members: map[string]*apiServer{}}
 	if e.log == nil {
@@ -265,10 +299,14 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := e.writeKubeconfigs(); err != nil {
 		return nil, err
 	}
-	if err := e.startComponents(ctx); err != nil {
+	if err := e.startNodeAgents(ctx); err != nil {
 		return nil, err
 	}
-	e.logf("node agents and stand-in ready (%s)", time.Since(start).Round(time.Millisecond))
+	e.logf("node agents ready (%s)", time.Since(start).Round(time.Millisecond))
+	if err := e.startKarmada(ctx); err != nil {
+		return nil, err
+	}
+	e.logf("Karmada ready, members joined (%s)", time.Since(start).Round(time.Millisecond))
 
 	if opts.Gateway.Enabled {
 		<-e.buildDone
@@ -322,6 +360,9 @@ func (e *Env) stop(keep bool) {
 			e.gateway.proc.stop(5 * time.Second)
 		}
 		e.gwMu.Unlock()
+		for _, p := range e.karmadaProcs.all() {
+			p.stop(5 * time.Second)
+		}
 		var wg sync.WaitGroup
 		for _, s := range e.apiServers() {
 			if s.proc == nil {

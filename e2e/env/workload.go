@@ -82,7 +82,7 @@ func (e *Env) DeletePolicy(ctx context.Context, namespace, name string) error {
 }
 
 // DeletePod deletes a Pod template in karmada-apiserver and waits until it
-// is gone; the stand-in propagates the deletion to the member.
+// is gone; Karmada propagates the deletion to the member.
 func (e *Env) DeletePod(ctx context.Context, namespace, name string) error {
 	client, err := e.KarmadaClient(UserAdmin)
 	if err != nil {
@@ -102,7 +102,7 @@ func (e *Env) DeletePod(ctx context.Context, namespace, name string) error {
 }
 
 // WaitPodRunning waits until the Pod template in karmada-apiserver reports
-// phase Running, i.e. the stand-in propagated it, the node agent started it
+// phase Running, i.e. Karmada propagated it, the node agent started it
 // and the status came back, then returns the template.
 func (e *Env) WaitPodRunning(ctx context.Context, namespace, name string, timeout time.Duration) (*corev1.Pod, error) {
 	client, err := e.KarmadaClient(UserAdmin)
@@ -162,7 +162,7 @@ func (e *Env) PodClusters(ctx context.Context, namespace, name string) ([]string
 	return nil, fmt.Errorf("no ResourceBinding for pod %s/%s", namespace, name)
 }
 
-// MemberPod returns the Pod the stand-in created in member for the template.
+// MemberPod returns the Pod Karmada created in member for the template.
 func (e *Env) MemberPod(ctx context.Context, member, namespace, name string) (*corev1.Pod, error) {
 	client, err := e.MemberClient(member)
 	if err != nil {

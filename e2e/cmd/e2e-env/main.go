@@ -1,6 +1,7 @@
 // Command e2e-env is `make demo`: it starts the end-to-end topology (etcd,
-// karmada-apiserver, two members with node agents, the Karmada stand-in and
-// the gateway), propagates a pod, and runs the real kubectl exec and logs
+// karmada-apiserver, two members with node agents, real Karmada's
+// aggregated apiserver, controller-manager, scheduler and webhook, and the
+// gateway), propagates a pod, and runs the real kubectl exec and logs
 // through the gateway — next to the same exec against karmada-apiserver,
 // which fails as it does for every executor today. Then it waits for Ctrl-C
 // so you can try it yourself, and tears everything down.
