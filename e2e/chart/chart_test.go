@@ -133,6 +133,7 @@ func TestDeploymentDefaults(t *testing.T) {
 		"--leader-election-id=karmada-exec-gateway-labeler",
 		"--shutdown-grace-period=30s",
 		"--read-header-timeout=10s",
+		"--idle-timeout=90s",
 		"-v=0",
 	}
 	if !slices.Equal(c.Args, wantArgs) {
@@ -263,6 +264,12 @@ func TestArgsFollowValues(t *testing.T) {
 			want:     []string{"--insecure-serve-http", "--enable-labeler=false"},
 			wantNot:  []string{"--tls-cert-file", "--tls-key-file", "--leader-elect", "--labeler-workers", "--client-ca-file", "--auth-cache-ttl", "--enable-service-proxy"},
 			replicas: 1,
+		},
+		{
+			name:     "idle timeout off",
+			values:   "idleTimeout: 0s\n",
+			want:     []string{"--idle-timeout=0s"},
+			replicas: 2,
 		},
 		{
 			name:     "service proxy",
@@ -702,7 +709,8 @@ func TestMonitoring(t *testing.T) {
 		}
 	}
 	wantAlerts := []string{"KarmadaGatewayDown", "KarmadaGatewayRewrittenRoute5xx", "KarmadaGatewayLabelerNotLeading",
-		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable"}
+		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable",
+		"KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring"}
 	if !slices.Equal(alerts, wantAlerts) {
 		t.Errorf("alerts = %q, want %q", alerts, wantAlerts)
 	}
@@ -768,6 +776,7 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"client CA over plain HTTP", "auth: {mode: authorize, clientCA: {secretName: ca}}\ntls: {source: none}\n", "needs TLS serving"},
 		{"grace shorter than drain", "terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds (20) must exceed shutdownGracePeriodSeconds (30)"},
 		{"no identity for RBAC", "karmada: {identity: {user: \"\"}}\n", "karmada.identity needs a user, groups or a serviceAccount"},
+		{"bad idle timeout", "idleTimeout: forever\n", "at '/idleTimeout'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
