@@ -52,6 +52,12 @@ monitoring:
 target: karmadaApiserver
 auth: {mode: authorize}
 `,
+	"passthrough-executors": `
+passthrough:
+  executors:
+  - {namespace: ci, serviceAccount: gitlab-runner}
+  - {user: "ci: bot #1", groups: ["a'b\"c", "*"]}
+`,
 	// Strings that would break YAML if a template forgot to quote them.
 	"awkward-strings": `
 karmada:
@@ -776,6 +782,10 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"client CA over plain HTTP", "auth: {mode: authorize, clientCA: {secretName: ca}}\ntls: {source: none}\n", "needs TLS serving"},
 		{"grace shorter than drain", "terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds (20) must exceed shutdownGracePeriodSeconds (30)"},
 		{"no identity for RBAC", "karmada: {identity: {user: \"\"}}\n", "karmada.identity needs a user, groups or a serviceAccount"},
+		{"executors in authorize mode", "auth: {mode: authorize}\npassthrough: {executors: [{namespace: ci, serviceAccount: runner}]}\n", "passthrough.executors is only used with auth.mode=passthrough"},
+		{"executor ServiceAccount without namespace", "passthrough: {executors: [{serviceAccount: runner}]}\n", "at '/passthrough/executors/0'"},
+		{"executor both user and ServiceAccount", "passthrough: {executors: [{user: u, namespace: ci, serviceAccount: runner}]}\n", "at '/passthrough/executors/0'"},
+		{"executor in system:unauthenticated", "passthrough: {executors: [{user: u, groups: [system:unauthenticated]}]}\n", "must not list the group system:unauthenticated"},
 		{"bad idle timeout", "idleTimeout: forever\n", "at '/idleTimeout'"},
 	}
 	for _, tt := range tests {
@@ -804,5 +814,101 @@ func TestShellScripts(t *testing.T) {
 	out, err := exec.Command(sc, append([]string{"--severity=style", "--external-sources"}, scripts...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// In passthrough mode Karmada's unified-auth controller lets its impersonator
+// impersonate only the users, ServiceAccounts and groups listed on
+// ClusterRoleBindings that grant clusters/proxy; the cluster proxy
+// impersonates the caller with every group but system:authenticated.
+func TestPassthroughExecutorsClusterProxy(t *testing.T) {
+	const rbacGroup = "rbac.authorization.k8s.io"
+	executors := fullname + "-executors-cluster-proxy"
+	proxyRule := func(verbs ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{{APIGroups: []string{"cluster.karmada.io"}, Resources: []string{"clusters/proxy"}, Verbs: verbs}}
+	}
+	group := func(name string) rbacv1.Subject {
+		return rbacv1.Subject{APIGroup: rbacGroup, Kind: "Group", Name: name}
+	}
+	tests := []struct {
+		name     string
+		values   string
+		karmada  func(*testing.T, objects) objects // default: the hook ConfigMap's objects
+		rules    []rbacv1.PolicyRule               // nil: nothing rendered
+		subjects []rbacv1.Subject
+	}{
+		{name: "none by default", values: ""},
+		{
+			name:     "a ServiceAccount with both of its groups",
+			values:   "passthrough: {executors: [{namespace: ci, serviceAccount: gitlab-runner}]}\n",
+			rules:    proxyRule("get", "create"),
+			subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"}, group("system:serviceaccounts"), group("system:serviceaccounts:ci")},
+		},
+		{
+			name: "ServiceAccounts and a user: each group once, never system:authenticated",
+			values: `
+passthrough:
+  executors:
+  - {namespace: ci, serviceAccount: gitlab-runner}
+  - {namespace: ci, serviceAccount: gitlab-runner-2}
+  - {namespace: builds, serviceAccount: jenkins}
+  - {user: "ci:bot", groups: [ci-bots, system:authenticated, system:serviceaccounts]}
+`,
+			rules: proxyRule("get", "create"),
+			subjects: []rbacv1.Subject{
+				{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"},
+				{Kind: "ServiceAccount", Name: "gitlab-runner-2", Namespace: "ci"},
+				{Kind: "ServiceAccount", Name: "jenkins", Namespace: "builds"},
+				{APIGroup: rbacGroup, Kind: "User", Name: "ci:bot"},
+				group("system:serviceaccounts"), group("system:serviceaccounts:ci"), group("system:serviceaccounts:builds"), group("ci-bots"),
+			},
+		},
+		{
+			name:     "service proxy: every verb the method can map to",
+			values:   "serviceProxy: {enabled: true}\npassthrough: {executors: [{user: alice}]}\n",
+			rules:    proxyRule("get", "create", "update", "patch", "delete"),
+			subjects: []rbacv1.Subject{{APIGroup: rbacGroup, Kind: "User", Name: "alice"}},
+		},
+		{
+			name:     "target=karmadaApiserver renders them as release objects",
+			values:   "target: karmadaApiserver\npassthrough: {executors: [{namespace: ci, serviceAccount: gitlab-runner}]}\n",
+			karmada:  func(_ *testing.T, o objects) objects { return o },
+			rules:    proxyRule("get", "create"),
+			subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"}, group("system:serviceaccounts"), group("system:serviceaccounts:ci")},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			all := render(t, tt.values)
+			pick := tt.karmada
+			if pick == nil {
+				pick = karmadaObjects
+			}
+			k := pick(t, all)
+			if tt.rules == nil {
+				if f := append(k.find("ClusterRole", executors), k.find("ClusterRoleBinding", executors)...); len(f) != 0 {
+					t.Fatalf("rendered %v without executors", f.names())
+				}
+				// An earlier release's binding is removed on upgrade.
+				var j batchv1.Job
+				convert(t, all.one(t, "Job", fullname+"-karmada-resources-apply").Object, &j)
+				if ic := j.Spec.Template.Spec.InitContainers; len(ic) != 1 || !slices.Contains(ic[0].Args, "clusterrolebindings.rbac.authorization.k8s.io/"+executors) ||
+					!slices.Contains(ic[0].Args, "clusterroles.rbac.authorization.k8s.io/"+executors) {
+					t.Errorf("stale executors' binding not deleted on upgrade: %+v", ic)
+				}
+				return
+			}
+			if got := rulesOf(t, k, "ClusterRole", executors); !reflect.DeepEqual(got, tt.rules) {
+				t.Errorf("rules = %+v, want %+v", got, tt.rules)
+			}
+			if got := subjectsOf(t, k, "ClusterRoleBinding", executors, executors); !reflect.DeepEqual(got, tt.subjects) {
+				t.Errorf("subjects =\n %+v\nwant\n %+v", got, tt.subjects)
+			}
+			for _, u := range k.find("RoleBinding", "") {
+				if strings.Contains(u.GetName(), "executors") {
+					t.Errorf("RoleBinding %s: unified-auth reads only ClusterRoleBindings", u.GetName())
+				}
+			}
+		})
 	}
 }
