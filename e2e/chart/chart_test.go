@@ -57,6 +57,7 @@ passthrough:
   executors:
   - {namespace: ci, serviceAccount: gitlab-runner}
   - {user: "ci: bot #1", groups: ["a'b\"c", "*"]}
+executorPolicy: {namespaces: [ci], clusterAffinity: {clusterNames: [member1]}}
 `,
 	// Strings that would break YAML if a template forgot to quote them.
 	"awkward-strings": `
@@ -786,6 +787,7 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"executor ServiceAccount without namespace", "passthrough: {executors: [{serviceAccount: runner}]}\n", "at '/passthrough/executors/0'"},
 		{"executor both user and ServiceAccount", "passthrough: {executors: [{user: u, namespace: ci, serviceAccount: runner}]}\n", "at '/passthrough/executors/0'"},
 		{"executor in system:unauthenticated", "passthrough: {executors: [{user: u, groups: [system:unauthenticated]}]}\n", "must not list the group system:unauthenticated"},
+		{"executor policy namespace not a name", "executorPolicy: {namespaces: [CI]}\n", "at '/executorPolicy/namespaces/0'"},
 		{"bad idle timeout", "idleTimeout: forever\n", "at '/idleTimeout'"},
 	}
 	for _, tt := range tests {
@@ -910,5 +912,114 @@ passthrough:
 				}
 			}
 		})
+	}
+}
+
+// propagationPolicy is the part of a PropagationPolicy the tests check.
+type propagationPolicy struct {
+	Metadata struct{ Name, Namespace string } `json:"metadata"`
+	Spec     struct {
+		PropagateDeps     bool `json:"propagateDeps"`
+		ResourceSelectors []struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		} `json:"resourceSelectors"`
+		Placement struct {
+			ClusterAffinity   map[string]any `json:"clusterAffinity"`
+			SpreadConstraints []struct {
+				SpreadByField string `json:"spreadByField"`
+				MaxGroups     int    `json:"maxGroups"`
+				MinGroups     int    `json:"minGroups"`
+			} `json:"spreadConstraints"`
+			ReplicaScheduling struct {
+				Type string `json:"replicaSchedulingType"`
+			} `json:"replicaScheduling"`
+		} `json:"placement"`
+	} `json:"spec"`
+}
+
+// checkExecutorPolicy fails unless p sends its job's dependencies (registry
+// credentials) with the pod and places each pod on exactly one cluster.
+func checkExecutorPolicy(t *testing.T, where string, p propagationPolicy) {
+	t.Helper()
+	if !p.Spec.PropagateDeps {
+		t.Errorf("%s: propagateDeps is not true: a job's Secrets would never reach the member", where)
+	}
+	if len(p.Spec.ResourceSelectors) != 1 || p.Spec.ResourceSelectors[0].APIVersion != "v1" || p.Spec.ResourceSelectors[0].Kind != "Pod" {
+		t.Errorf("%s: resourceSelectors = %+v, want the Pods", where, p.Spec.ResourceSelectors)
+	}
+	one := p.Spec.Placement.ReplicaScheduling.Type == "Divided"
+	for _, c := range p.Spec.Placement.SpreadConstraints {
+		one = one || c.SpreadByField == "cluster" && c.MaxGroups == 1
+	}
+	if !one {
+		t.Errorf("%s: neither Divided nor spreadConstraints maxGroups 1: a bare Pod would run on every selected cluster", where)
+	}
+}
+
+func TestExecutorPolicy(t *testing.T) {
+	for _, tt := range []struct {
+		name, values string
+		want         []string // namespaces with a policy
+		affinity     map[string]any
+	}{
+		{name: "none by default"},
+		{
+			name:   "one per namespace",
+			values: "executorPolicy: {namespaces: [ci, builds], clusterAffinity: {clusterNames: [member1, member2]}}\n",
+			want:   []string{"ci", "builds"}, affinity: map[string]any{"clusterNames": []any{"member1", "member2"}},
+		},
+		{
+			name:   "in authorize mode too, under another name",
+			values: "auth: {mode: authorize}\nexecutorPolicy: {namespaces: [ci], name: jobs}\n",
+			want:   []string{"ci"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			policies := karmadaObjects(t, render(t, tt.values)).find("PropagationPolicy", "")
+			var got []string
+			for _, u := range policies {
+				var p propagationPolicy
+				partial(t, u.Object, &p)
+				got = append(got, p.Metadata.Namespace)
+				checkExecutorPolicy(t, "chart's "+p.Metadata.Namespace+"/"+p.Metadata.Name, p)
+				if !reflect.DeepEqual(p.Spec.Placement.ClusterAffinity, tt.affinity) {
+					t.Errorf("clusterAffinity = %v, want %v", p.Spec.Placement.ClusterAffinity, tt.affinity)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("policies in %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDocumentedPropagationPolicies: every PropagationPolicy the README and
+// deploy/karmada/README.md show executors has the fields a CI pod needs.
+func TestDocumentedPropagationPolicies(t *testing.T) {
+	block := regexp.MustCompile("(?s)```yaml\n(.*?)```")
+	for _, doc := range []string{"../../README.md", "../../deploy/karmada/README.md"} {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, m := range block.FindAllStringSubmatch(string(src), -1) {
+			if !strings.Contains(m[1], "kind: PropagationPolicy") {
+				continue // snippets, not objects
+			}
+			for _, u := range decodeAll(t, m[1]) {
+				if u.GetKind() != "PropagationPolicy" {
+					continue
+				}
+				var p propagationPolicy
+				partial(t, u.Object, &p)
+				checkExecutorPolicy(t, doc, p)
+				n++
+			}
+		}
+		if doc == "../../README.md" && n == 0 {
+			t.Errorf("%s shows no PropagationPolicy for executors", doc)
+		}
 	}
 }

@@ -259,6 +259,47 @@ subjects:
   {{- toYaml $subjects | nindent 2 }}
 {{- end -}}
 
+{{/*
+A PropagationPolicy for the executors' job pods in each namespace of
+executorPolicy.namespaces, in the shape they need: one cluster per pod, and
+the pod's Secrets and ConfigMaps sent with it.
+*/}}
+{{- define "gateway.executorPolicies" -}}
+{{- $p := .Values.executorPolicy -}}
+{{- range $i, $ns := $p.namespaces -}}
+{{- if $i }}
+---
+{{ end -}}
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: {{ $p.name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+spec:
+  # A job's registry credentials (imagePullSecrets), Secrets, ConfigMaps and
+  # ServiceAccount exist only in karmada-apiserver unless they follow the pod.
+  # Needs karmada-controller-manager --feature-gates=PropagateDeps=true (on in
+  # its binary, off in Karmada's Helm chart).
+  propagateDeps: true
+  resourceSelectors:
+    - apiVersion: v1
+      kind: Pod
+  placement:
+    {{- with $p.clusterAffinity }}
+    clusterAffinity:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    # Duplicated scheduling (the default) would run a bare Pod on every
+    # selected cluster.
+    spreadConstraints:
+      - spreadByField: cluster
+        maxGroups: 1
+        minGroups: 1
+{{- end }}
+{{- end -}}
+
 {{/* Every karmada-apiserver object this release wants, as one multi-document string. */}}
 {{- define "gateway.karmadaManifests" -}}
 {{- $docs := list -}}
@@ -270,6 +311,9 @@ subjects:
 {{- end -}}
 {{- if include "gateway.executorsRBACNeeded" . -}}
 {{- $docs = append $docs (include "gateway.executorsRBAC" .) -}}
+{{- end -}}
+{{- if .Values.executorPolicy.namespaces -}}
+{{- $docs = append $docs (include "gateway.executorPolicies" .) -}}
 {{- end -}}
 {{- join "\n---\n" $docs -}}
 {{- end -}}
