@@ -832,6 +832,7 @@ func TestPassthroughExecutorsClusterProxy(t *testing.T) {
 	group := func(name string) rbacv1.Subject {
 		return rbacv1.Subject{APIGroup: rbacGroup, Kind: "Group", Name: name}
 	}
+	gitlabRunner := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"}, group("system:serviceaccounts"), group("system:serviceaccounts:ci")}
 	tests := []struct {
 		name     string
 		values   string
@@ -844,7 +845,7 @@ func TestPassthroughExecutorsClusterProxy(t *testing.T) {
 			name:     "a ServiceAccount with both of its groups",
 			values:   "passthrough: {executors: [{namespace: ci, serviceAccount: gitlab-runner}]}\n",
 			rules:    proxyRule("get", "create"),
-			subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"}, group("system:serviceaccounts"), group("system:serviceaccounts:ci")},
+			subjects: gitlabRunner,
 		},
 		{
 			name: "ServiceAccounts and a user: each group once, never system:authenticated",
@@ -876,7 +877,7 @@ passthrough:
 			values:   "target: karmadaApiserver\npassthrough: {executors: [{namespace: ci, serviceAccount: gitlab-runner}]}\n",
 			karmada:  func(_ *testing.T, o objects) objects { return o },
 			rules:    proxyRule("get", "create"),
-			subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"}, group("system:serviceaccounts"), group("system:serviceaccounts:ci")},
+			subjects: gitlabRunner,
 		},
 	}
 	for _, tt := range tests {
