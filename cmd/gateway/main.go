@@ -7,12 +7,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,6 +32,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 )
 
 func main() {
@@ -110,11 +109,15 @@ func run(ctx context.Context, o *options) error {
 		}
 	}
 
-	var clientCAs *x509.CertPool
+	// reloaders re-read certificate files from disk until ctx ends.
+	var reloaders []func(context.Context)
+	var clientCA *serving.ClientCA
 	if o.clientCAFile != "" {
-		if clientCAs, err = loadCertPool(o.clientCAFile); err != nil {
+		clientCA, err = serving.NewClientCA(serving.ClientCAOptions{File: o.clientCAFile, Interval: o.certReloadInterval, Metrics: m})
+		if err != nil {
 			return err
 		}
+		reloaders = append(reloaders, clientCA.Run)
 	}
 	popts := proxy.Options{
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
@@ -125,7 +128,11 @@ func run(ctx context.Context, o *options) error {
 		popts.ServiceResolver = res
 	}
 	if popts.AuthMode == proxy.AuthAuthorize {
-		a, err := auth.New(auth.Options{Client: kube, ClientCAs: clientCAs, CacheTTL: o.authCacheTTL, Metrics: m})
+		aopts := auth.Options{Client: kube, CacheTTL: o.authCacheTTL, Metrics: m}
+		if clientCA != nil {
+			aopts.ClientCAPool = clientCA.Pool
+		}
+		a, err := auth.New(aopts)
 		if err != nil {
 			return err
 		}
@@ -137,36 +144,30 @@ func run(ctx context.Context, o *options) error {
 	}
 
 	health := newHealth(informers.HasSynced, newUpstreamCheck(kube.Discovery().RESTClient()))
-	metricsSrv := &http.Server{
-		Addr:              o.metricsAddr,
+	metricsSrv := serving.NewServer(serving.ServerOptions{
 		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
 		ReadHeaderTimeout: o.readHeaderTimeout,
+		IdleTimeout:       o.idleTimeout,
+	})
+	var proxyTLS *tls.Config
+	if !o.insecureHTTP {
+		cert, err := serving.NewCertificate(serving.CertificateOptions{
+			CertFile: o.tlsCertFile, KeyFile: o.tlsKeyFile, Interval: o.certReloadInterval, Metrics: m,
+		})
+		if err != nil {
+			return err
+		}
+		reloaders = append(reloaders, cert.Run)
+		proxyTLS = serving.TLSConfig(cert, clientCA != nil)
 	}
-	// No ReadTimeout/WriteTimeout: exec, attach, port-forward and log -f streams
-	// live as long as the job, and the gateway adds no idle timeout of its own.
-	proxySrv := &http.Server{
-		Addr:              o.bindAddr,
+	proxySrv := serving.NewServer(serving.ServerOptions{
 		Handler:           px,
 		ReadHeaderTimeout: o.readHeaderTimeout,
+		IdleTimeout:       o.idleTimeout,
 		MaxHeaderBytes:    o.maxHeaderBytes,
+		TLSConfig:         proxyTLS,
 		ErrorLog:          klogStdLogger(),
-	}
-	if !o.insecureHTTP {
-		cert, err := tls.LoadX509KeyPair(o.tlsCertFile, o.tlsKeyFile)
-		if err != nil {
-			return fmt.Errorf("load serving certificate: %w", err)
-		}
-		proxySrv.TLSConfig = &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{cert},
-			NextProtos:   []string{"h2", "http/1.1"},
-		}
-		if clientCAs != nil {
-			// Certificates are verified by the authenticator, so a bearer-token
-			// client that also presents an unrelated certificate still connects.
-			proxySrv.TLSConfig.ClientAuth = tls.RequestClientCert
-		}
-	}
+	})
 
 	proxyLn, err := net.Listen("tcp", o.bindAddr)
 	if err != nil {
@@ -179,7 +180,10 @@ func run(ctx context.Context, o *options) error {
 	}
 
 	errc := make(chan error, 4)
-	go func() { errc <- serve(metricsSrv, metricsLn, false) }()
+	go func() { errc <- serving.Serve(metricsSrv, metricsLn) }()
+	for _, run := range reloaders {
+		go run(ctx)
+	}
 	informers.Start(ctx)
 	go func() {
 		if !informers.WaitForCacheSync(ctx) {
@@ -200,7 +204,7 @@ func run(ctx context.Context, o *options) error {
 	} else {
 		close(labelerDone)
 	}
-	go func() { errc <- serve(proxySrv, proxyLn, !o.insecureHTTP) }()
+	go func() { errc <- serving.Serve(proxySrv, proxyLn) }()
 	logger.Info("serving", "address", proxyLn.Addr().String(), "tls", !o.insecureHTTP,
 		"metricsAddress", metricsLn.Addr().String(), "authMode", o.authMode, "labeler", o.enableLabeler,
 		"upstream", cfg.Host)
@@ -232,19 +236,6 @@ func run(ctx context.Context, o *options) error {
 	return err
 }
 
-func serve(srv *http.Server, ln net.Listener, tlsOn bool) error {
-	var err error
-	if tlsOn {
-		err = srv.ServeTLS(ln, "", "")
-	} else {
-		err = srv.Serve(ln)
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
 func upstreamConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
 		cfg, err := rest.InClusterConfig()
@@ -258,18 +249,6 @@ func upstreamConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
-}
-
-func loadCertPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read client CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("client CA file %s holds no PEM certificate", path)
-	}
-	return pool, nil
 }
 
 func leaderIdentity() string {

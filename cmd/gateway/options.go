@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 )
 
 type options struct {
@@ -29,6 +30,8 @@ type options struct {
 	shutdownGrace       time.Duration
 	resync              time.Duration
 	readHeaderTimeout   time.Duration
+	idleTimeout         time.Duration
+	certReloadInterval  time.Duration
 	maxHeaderBytes      int
 	clientQPS           float64
 	clientBurst         int
@@ -61,6 +64,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long open exec/attach/log/port-forward streams may drain before they are cut")
 	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "informer resync period")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers (guards against slowloris)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", serving.DefaultIdleTimeout, "close a keep-alive connection (an HTTP/2 connection: one with no open stream) after this long without a request, on the proxy and metrics ports; never applies to open exec/attach/port-forward streams, watches or log -f (0 = never)")
+	fs.DurationVar(&o.certReloadInterval, "certificate-reload-interval", serving.DefaultReloadInterval, "how often --tls-cert-file, --tls-key-file and --client-ca-file are read again; changed files are used from the next connection (client CA: request) on, and files that do not load leave the previous ones in use")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 1<<20, "largest request header block accepted")
 	// One label patch per new pod, and in authorize mode up to two reviews
 	// per uncached decision: 200 keeps up with 100 new CI pods a second.
@@ -96,6 +101,12 @@ func (o *options) validate() error {
 	}
 	if o.maxStreams < 0 || o.maxStreamsPerClient < 0 {
 		return fmt.Errorf("--max-streams and --max-streams-per-client must not be negative (0 is unlimited)")
+	}
+	if o.idleTimeout < 0 {
+		return fmt.Errorf("--idle-timeout must not be negative (0 is never)")
+	}
+	if o.certReloadInterval <= 0 {
+		return fmt.Errorf("--certificate-reload-interval must be positive")
 	}
 	if o.shutdownGrace < 0 {
 		return fmt.Errorf("--shutdown-grace-period must not be negative")

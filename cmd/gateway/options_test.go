@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateServiceProxyInBothModes(t *testing.T) {
@@ -43,6 +44,38 @@ func TestMergeMemberEventsFlag(t *testing.T) {
 		}
 		if o.mergeMemberEvents != tc.want {
 			t.Errorf("%v: mergeMemberEvents = %v, want %v", tc.args, o.mergeMemberEvents, tc.want)
+		}
+	}
+}
+
+func TestServingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		wantIdle   time.Duration
+		wantReload time.Duration
+		wantErr    string
+	}{
+		// kube-apiserver's idle timeout, and http.DefaultTransport's.
+		{nil, 90 * time.Second, 5 * time.Second, ""},
+		{[]string{"--idle-timeout=0"}, 0, 5 * time.Second, ""},
+		{[]string{"--idle-timeout=-1s"}, 0, 0, "--idle-timeout must not be negative"},
+		{[]string{"--certificate-reload-interval=1m"}, 90 * time.Second, time.Minute, ""},
+		{[]string{"--certificate-reload-interval=0"}, 0, 0, "--certificate-reload-interval must be positive"},
+	} {
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		o := bindFlags(fs)
+		if err := fs.Parse(append([]string{"--insecure-serve-http"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		err := o.validate()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: validate() = %v, want %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || o.idleTimeout != tc.wantIdle || o.certReloadInterval != tc.wantReload {
+			t.Errorf("%v: idle %v, reload %v, err %v; want %v, %v", tc.args, o.idleTimeout, o.certReloadInterval, err, tc.wantIdle, tc.wantReload)
 		}
 	}
 }

@@ -52,6 +52,13 @@ monitoring:
 target: karmadaApiserver
 auth: {mode: authorize}
 `,
+	"passthrough-executors": `
+passthrough:
+  executors:
+  - {namespace: ci, serviceAccount: gitlab-runner}
+  - {user: "ci: bot #1", groups: ["a'b\"c", "*"]}
+executorPolicy: {namespaces: [ci], clusterAffinity: {clusterNames: [member1]}}
+`,
 	// Strings that would break YAML if a template forgot to quote them.
 	"awkward-strings": `
 karmada:
@@ -133,6 +140,7 @@ func TestDeploymentDefaults(t *testing.T) {
 		"--leader-election-id=karmada-exec-gateway-labeler",
 		"--shutdown-grace-period=30s",
 		"--read-header-timeout=10s",
+		"--idle-timeout=90s",
 		"-v=0",
 	}
 	if !slices.Equal(c.Args, wantArgs) {
@@ -263,6 +271,12 @@ func TestArgsFollowValues(t *testing.T) {
 			want:     []string{"--insecure-serve-http", "--enable-labeler=false"},
 			wantNot:  []string{"--tls-cert-file", "--tls-key-file", "--leader-elect", "--labeler-workers", "--client-ca-file", "--auth-cache-ttl", "--enable-service-proxy"},
 			replicas: 1,
+		},
+		{
+			name:     "idle timeout off",
+			values:   "idleTimeout: 0s\n",
+			want:     []string{"--idle-timeout=0s"},
+			replicas: 2,
 		},
 		{
 			name:     "service proxy",
@@ -702,7 +716,8 @@ func TestMonitoring(t *testing.T) {
 		}
 	}
 	wantAlerts := []string{"KarmadaGatewayDown", "KarmadaGatewayRewrittenRoute5xx", "KarmadaGatewayLabelerNotLeading",
-		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable"}
+		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable",
+		"KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring"}
 	if !slices.Equal(alerts, wantAlerts) {
 		t.Errorf("alerts = %q, want %q", alerts, wantAlerts)
 	}
@@ -768,6 +783,12 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"client CA over plain HTTP", "auth: {mode: authorize, clientCA: {secretName: ca}}\ntls: {source: none}\n", "needs TLS serving"},
 		{"grace shorter than drain", "terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds (20) must exceed shutdownGracePeriodSeconds (30)"},
 		{"no identity for RBAC", "karmada: {identity: {user: \"\"}}\n", "karmada.identity needs a user, groups or a serviceAccount"},
+		{"executors in authorize mode", "auth: {mode: authorize}\npassthrough: {executors: [{namespace: ci, serviceAccount: runner}]}\n", "passthrough.executors is only used with auth.mode=passthrough"},
+		{"executor ServiceAccount without namespace", "passthrough: {executors: [{serviceAccount: runner}]}\n", "at '/passthrough/executors/0'"},
+		{"executor both user and ServiceAccount", "passthrough: {executors: [{user: u, namespace: ci, serviceAccount: runner}]}\n", "at '/passthrough/executors/0'"},
+		{"executor in system:unauthenticated", "passthrough: {executors: [{user: u, groups: [system:unauthenticated]}]}\n", "must not list the group system:unauthenticated"},
+		{"executor policy namespace not a name", "executorPolicy: {namespaces: [CI]}\n", "at '/executorPolicy/namespaces/0'"},
+		{"bad idle timeout", "idleTimeout: forever\n", "at '/idleTimeout'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -795,5 +816,211 @@ func TestShellScripts(t *testing.T) {
 	out, err := exec.Command(sc, append([]string{"--severity=style", "--external-sources"}, scripts...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// In passthrough mode Karmada's unified-auth controller lets its impersonator
+// impersonate only the users, ServiceAccounts and groups listed on
+// ClusterRoleBindings that grant clusters/proxy; the cluster proxy
+// impersonates the caller with every group but system:authenticated.
+func TestPassthroughExecutorsClusterProxy(t *testing.T) {
+	const rbacGroup = "rbac.authorization.k8s.io"
+	executors := fullname + "-executors-cluster-proxy"
+	proxyRule := func(verbs ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{{APIGroups: []string{"cluster.karmada.io"}, Resources: []string{"clusters/proxy"}, Verbs: verbs}}
+	}
+	group := func(name string) rbacv1.Subject {
+		return rbacv1.Subject{APIGroup: rbacGroup, Kind: "Group", Name: name}
+	}
+	gitlabRunner := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"}, group("system:serviceaccounts"), group("system:serviceaccounts:ci")}
+	tests := []struct {
+		name     string
+		values   string
+		karmada  func(*testing.T, objects) objects // default: the hook ConfigMap's objects
+		rules    []rbacv1.PolicyRule               // nil: nothing rendered
+		subjects []rbacv1.Subject
+	}{
+		{name: "none by default", values: ""},
+		{
+			name:     "a ServiceAccount with both of its groups",
+			values:   "passthrough: {executors: [{namespace: ci, serviceAccount: gitlab-runner}]}\n",
+			rules:    proxyRule("get", "create"),
+			subjects: gitlabRunner,
+		},
+		{
+			name: "ServiceAccounts and a user: each group once, never system:authenticated",
+			values: `
+passthrough:
+  executors:
+  - {namespace: ci, serviceAccount: gitlab-runner}
+  - {namespace: ci, serviceAccount: gitlab-runner-2}
+  - {namespace: builds, serviceAccount: jenkins}
+  - {user: "ci:bot", groups: [ci-bots, system:authenticated, system:serviceaccounts]}
+`,
+			rules: proxyRule("get", "create"),
+			subjects: []rbacv1.Subject{
+				{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"},
+				{Kind: "ServiceAccount", Name: "gitlab-runner-2", Namespace: "ci"},
+				{Kind: "ServiceAccount", Name: "jenkins", Namespace: "builds"},
+				{APIGroup: rbacGroup, Kind: "User", Name: "ci:bot"},
+				group("system:serviceaccounts"), group("system:serviceaccounts:ci"), group("system:serviceaccounts:builds"), group("ci-bots"),
+			},
+		},
+		{
+			name:     "service proxy: every verb the method can map to",
+			values:   "serviceProxy: {enabled: true}\npassthrough: {executors: [{user: alice}]}\n",
+			rules:    proxyRule("get", "create", "update", "patch", "delete"),
+			subjects: []rbacv1.Subject{{APIGroup: rbacGroup, Kind: "User", Name: "alice"}},
+		},
+		{
+			name:     "target=karmadaApiserver renders them as release objects",
+			values:   "target: karmadaApiserver\npassthrough: {executors: [{namespace: ci, serviceAccount: gitlab-runner}]}\n",
+			karmada:  func(_ *testing.T, o objects) objects { return o },
+			rules:    proxyRule("get", "create"),
+			subjects: gitlabRunner,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			all := render(t, tt.values)
+			pick := tt.karmada
+			if pick == nil {
+				pick = karmadaObjects
+			}
+			k := pick(t, all)
+			if tt.rules == nil {
+				if f := append(k.find("ClusterRole", executors), k.find("ClusterRoleBinding", executors)...); len(f) != 0 {
+					t.Fatalf("rendered %v without executors", f.names())
+				}
+				// An earlier release's binding is removed on upgrade.
+				var j batchv1.Job
+				convert(t, all.one(t, "Job", fullname+"-karmada-resources-apply").Object, &j)
+				if ic := j.Spec.Template.Spec.InitContainers; len(ic) != 1 || !slices.Contains(ic[0].Args, "clusterrolebindings.rbac.authorization.k8s.io/"+executors) ||
+					!slices.Contains(ic[0].Args, "clusterroles.rbac.authorization.k8s.io/"+executors) {
+					t.Errorf("stale executors' binding not deleted on upgrade: %+v", ic)
+				}
+				return
+			}
+			if got := rulesOf(t, k, "ClusterRole", executors); !reflect.DeepEqual(got, tt.rules) {
+				t.Errorf("rules = %+v, want %+v", got, tt.rules)
+			}
+			if got := subjectsOf(t, k, "ClusterRoleBinding", executors, executors); !reflect.DeepEqual(got, tt.subjects) {
+				t.Errorf("subjects =\n %+v\nwant\n %+v", got, tt.subjects)
+			}
+			for _, u := range k.find("RoleBinding", "") {
+				if strings.Contains(u.GetName(), "executors") {
+					t.Errorf("RoleBinding %s: unified-auth reads only ClusterRoleBindings", u.GetName())
+				}
+			}
+		})
+	}
+}
+
+// propagationPolicy is the part of a PropagationPolicy the tests check.
+type propagationPolicy struct {
+	Metadata struct{ Name, Namespace string } `json:"metadata"`
+	Spec     struct {
+		PropagateDeps     bool `json:"propagateDeps"`
+		ResourceSelectors []struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		} `json:"resourceSelectors"`
+		Placement struct {
+			ClusterAffinity   map[string]any `json:"clusterAffinity"`
+			SpreadConstraints []struct {
+				SpreadByField string `json:"spreadByField"`
+				MaxGroups     int    `json:"maxGroups"`
+				MinGroups     int    `json:"minGroups"`
+			} `json:"spreadConstraints"`
+			ReplicaScheduling struct {
+				Type string `json:"replicaSchedulingType"`
+			} `json:"replicaScheduling"`
+		} `json:"placement"`
+	} `json:"spec"`
+}
+
+// checkExecutorPolicy fails unless p sends its job's dependencies (registry
+// credentials) with the pod and places each pod on exactly one cluster.
+func checkExecutorPolicy(t *testing.T, where string, p propagationPolicy) {
+	t.Helper()
+	if !p.Spec.PropagateDeps {
+		t.Errorf("%s: propagateDeps is not true: a job's Secrets would never reach the member", where)
+	}
+	if len(p.Spec.ResourceSelectors) != 1 || p.Spec.ResourceSelectors[0].APIVersion != "v1" || p.Spec.ResourceSelectors[0].Kind != "Pod" {
+		t.Errorf("%s: resourceSelectors = %+v, want the Pods", where, p.Spec.ResourceSelectors)
+	}
+	one := p.Spec.Placement.ReplicaScheduling.Type == "Divided"
+	for _, c := range p.Spec.Placement.SpreadConstraints {
+		one = one || c.SpreadByField == "cluster" && c.MaxGroups == 1
+	}
+	if !one {
+		t.Errorf("%s: neither Divided nor spreadConstraints maxGroups 1: a bare Pod would run on every selected cluster", where)
+	}
+}
+
+func TestExecutorPolicy(t *testing.T) {
+	for _, tt := range []struct {
+		name, values string
+		want         []string // namespaces with a policy
+		affinity     map[string]any
+	}{
+		{name: "none by default"},
+		{
+			name:   "one per namespace",
+			values: "executorPolicy: {namespaces: [ci, builds], clusterAffinity: {clusterNames: [member1, member2]}}\n",
+			want:   []string{"ci", "builds"}, affinity: map[string]any{"clusterNames": []any{"member1", "member2"}},
+		},
+		{
+			name:   "in authorize mode too, under another name",
+			values: "auth: {mode: authorize}\nexecutorPolicy: {namespaces: [ci], name: jobs}\n",
+			want:   []string{"ci"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			policies := karmadaObjects(t, render(t, tt.values)).find("PropagationPolicy", "")
+			var got []string
+			for _, u := range policies {
+				var p propagationPolicy
+				partial(t, u.Object, &p)
+				got = append(got, p.Metadata.Namespace)
+				checkExecutorPolicy(t, "chart's "+p.Metadata.Namespace+"/"+p.Metadata.Name, p)
+				if !reflect.DeepEqual(p.Spec.Placement.ClusterAffinity, tt.affinity) {
+					t.Errorf("clusterAffinity = %v, want %v", p.Spec.Placement.ClusterAffinity, tt.affinity)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("policies in %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDocumentedPropagationPolicies: every PropagationPolicy the README and
+// deploy/karmada/README.md show executors has the fields a CI pod needs.
+func TestDocumentedPropagationPolicies(t *testing.T) {
+	block := regexp.MustCompile("(?s)```yaml\n(.*?)```")
+	for _, doc := range []string{"../../README.md", "../../deploy/karmada/README.md"} {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, m := range block.FindAllStringSubmatch(string(src), -1) {
+			if !strings.Contains(m[1], "kind: PropagationPolicy") {
+				continue // snippets, not objects
+			}
+			for _, u := range decodeAll(t, m[1]) {
+				if u.GetKind() != "PropagationPolicy" {
+					continue
+				}
+				var p propagationPolicy
+				partial(t, u.Object, &p)
+				checkExecutorPolicy(t, doc, p)
+				n++
+			}
+		}
+		if doc == "../../README.md" && n == 0 {
+			t.Errorf("%s shows no PropagationPolicy for executors", doc)
+		}
 	}
 }

@@ -52,8 +52,12 @@ type Options struct {
 	// needs create on tokenreviews and subjectaccessreviews.
 	Client kubernetes.Interface
 	// ClientCAs verifies client certificates (--client-ca-file). Nil turns
-	// x509 authentication off.
+	// x509 authentication off, unless ClientCAPool is set.
 	ClientCAs *x509.CertPool
+	// ClientCAPool, when set, replaces ClientCAs and is asked for the pool
+	// on every verification, so a CA bundle reloaded from disk applies from
+	// the next request on without a restart.
+	ClientCAPool func() *x509.CertPool
 	// CacheTTL is how long authentications and allowed decisions are
 	// reused. Zero means DefaultCacheTTL.
 	CacheTTL time.Duration
@@ -73,7 +77,7 @@ type Options struct {
 // Authorizer implements proxy.Authorizer against karmada-apiserver.
 type Authorizer struct {
 	client      kubernetes.Interface
-	clientCAs   *x509.CertPool
+	clientCAs   func() *x509.CertPool
 	ttl         time.Duration
 	negativeTTL time.Duration
 	cache       *cache.LRUExpireCache
@@ -97,11 +101,14 @@ func New(opts Options) (*Authorizer, error) {
 	}
 	a := &Authorizer{
 		client:      opts.Client,
-		clientCAs:   opts.ClientCAs,
+		clientCAs:   opts.ClientCAPool,
 		ttl:         opts.CacheTTL,
 		negativeTTL: opts.NegativeCacheTTL,
 		metrics:     opts.Metrics,
 		now:         opts.Now,
+	}
+	if a.clientCAs == nil && opts.ClientCAs != nil {
+		a.clientCAs = func() *x509.CertPool { return opts.ClientCAs }
 	}
 	if a.ttl == 0 {
 		a.ttl = DefaultCacheTTL

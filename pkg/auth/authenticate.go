@@ -79,7 +79,7 @@ func bearerToken(h http.Header) (string, bool) {
 func (a *Authorizer) verifyClientCert(state *tls.ConnectionState) (proxy.Caller, string, error) {
 	leaf := state.PeerCertificates[0]
 	opts := x509.VerifyOptions{
-		Roots:       a.clientCAs,
+		Roots:       a.clientCAs(),
 		CurrentTime: a.now(),
 		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}

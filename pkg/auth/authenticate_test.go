@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,5 +199,42 @@ func TestClientCertificateExpiresWhileCached(t *testing.T) {
 	_, err := env.authz.AuthorizeResource(context.Background(), newRequest(nil, state), execJob42)
 	if code, _ := statusOf(t, err); code != http.StatusUnauthorized {
 		t.Errorf("expired certificate: code %d, want 401", code)
+	}
+}
+
+// TestClientCAPoolIsAskedPerRequest: a CA bundle rotated on disk (the
+// gateway reloads it into ClientCAPool) decides the very next request.
+func TestClientCAPoolIsAskedPerRequest(t *testing.T) {
+	var pool atomic.Pointer[x509.CertPool]
+	env := newTestEnv(t, func(o *Options) {
+		o.ClientCAs = nil
+		o.ClientCAPool = pool.Load
+	})
+	pool.Store(env.pki.roots)
+	other := x509.NewCertPool()
+	other.AddCert(env.pki.otherCA)
+	leaf, _ := env.pki.issue(t, env.pki.otherCA, env.pki.otherKey, &x509.Certificate{Subject: pkix.Name{CommonName: "carol"}})
+	state := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+	for _, step := range []struct {
+		name    string
+		pool    *x509.CertPool
+		trusted bool
+	}{
+		{"client-ca only", env.pki.roots, false},
+		{"rotated to other-ca", other, true},
+		{"rotated back", env.pki.roots, false},
+	} {
+		pool.Store(step.pool)
+		caller, err := env.authz.Authenticate(context.Background(), newRequest(nil, state))
+		switch {
+		case step.trusted && (err != nil || caller.Name != "carol"):
+			t.Errorf("%s: caller %q, %v; want carol", step.name, caller.Name, err)
+		case !step.trusted && err == nil:
+			t.Errorf("%s: authenticated %q, want 401", step.name, caller.Name)
+		case !step.trusted:
+			if code, _ := statusOf(t, err); code != http.StatusUnauthorized {
+				t.Errorf("%s: code %d, want 401", step.name, code)
+			}
+		}
 	}
 }

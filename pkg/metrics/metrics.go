@@ -67,6 +67,15 @@ type Metrics struct {
 	// not read a member's events, by cluster: the client got karmada's events
 	// and a warning, which only an alert on this makes an operator see.
 	MemberEventsUnavailableTotal *prometheus.CounterVec
+	// CertificateReloadsTotal counts reloads of files the gateway serves
+	// with (the serving certificate, the client CA bundle) by name and
+	// result (success, error): an error means it keeps serving the previous
+	// ones, which only an alert on this makes an operator see before they
+	// expire.
+	CertificateReloadsTotal *prometheus.CounterVec
+	// CertificateExpiry is the NotAfter, in Unix seconds, of the certificate
+	// (or the first CA of the bundle to expire) being served, by name.
+	CertificateExpiry *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -127,12 +136,20 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "member_events_unavailable_total",
 			Help: "Reads of a member cluster's pod events for a merged events list or watch that failed (lists: per request; watches: per outage), by cluster.",
 		}, []string{"cluster"}),
+		CertificateReloadsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "certificate_reloads_total",
+			Help: "Changed certificate files read from disk, by name (serving, client-ca) and result (success, error; an error keeps the previous ones in use).",
+		}, []string{"name", "result"}),
+		CertificateExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "certificate_expiry_timestamp_seconds",
+			Help: "NotAfter, in Unix seconds, of the certificate in use (for a CA bundle, of its first certificate to expire), by name (serving, client-ca).",
+		}, []string{"name"}),
 	}
 	reg.MustRegister(
 		m.RequestsTotal, m.RequestDuration, m.ActiveStreams, m.StreamDuration,
 		m.ResolveTotal, m.ResolveAmbiguousTotal, m.LabelerPatchesTotal, m.LabelLatency,
 		m.LabelerLeader, m.CacheObjects, m.AuthDecisionsTotal, m.StreamLimitRejectionsTotal,
-		m.MemberEventsUnavailableTotal,
+		m.MemberEventsUnavailableTotal, m.CertificateReloadsTotal, m.CertificateExpiry,
 	)
 	return m
 }

@@ -73,6 +73,14 @@ app.kubernetes.io/part-of: karmada-exec-gateway
 {{- if and $id.serviceAccount.name (not $id.serviceAccount.namespace) -}}
 {{- fail "karmada.identity.serviceAccount.namespace is required with karmada.identity.serviceAccount.name" -}}
 {{- end -}}
+{{- if and .Values.passthrough.executors (ne .Values.auth.mode "passthrough") -}}
+{{- fail "passthrough.executors is only used with auth.mode=passthrough: in authorize mode the gateway calls the cluster proxy as itself, and executors need no clusters/proxy" -}}
+{{- end -}}
+{{- range .Values.passthrough.executors -}}
+{{- if has "system:unauthenticated" (default list .groups) -}}
+{{- fail "passthrough.executors must not list the group system:unauthenticated: it would give anonymous callers clusters/proxy" -}}
+{{- end -}}
+{{- end -}}
 {{- if and (not (kindIs "invalid" .Values.terminationGracePeriodSeconds)) (le (int .Values.terminationGracePeriodSeconds) (int .Values.shutdownGracePeriodSeconds)) -}}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must exceed shutdownGracePeriodSeconds (%v), or the kubelet kills streams before they drain" .Values.terminationGracePeriodSeconds .Values.shutdownGracePeriodSeconds) -}}
 {{- end -}}

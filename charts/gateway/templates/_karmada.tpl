@@ -194,6 +194,112 @@ spec:
     {{- toYaml .Values.karmadaResources.memberPlacement | nindent 4 }}
 {{- end -}}
 
+{{/* The name of the executors' clusters/proxy ClusterRole and ClusterRoleBinding. */}}
+{{- define "gateway.executorsName" -}}
+{{- printf "%s-executors-cluster-proxy" (include "gateway.fullname" .) -}}
+{{- end -}}
+
+{{- define "gateway.executorsRBACNeeded" -}}
+{{- if and (eq .Values.auth.mode "passthrough") .Values.passthrough.executors -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+passthrough mode: clusters/proxy for the executors' own identities. Karmada's
+unified-auth controller reads only ClusterRoleBindings that grant
+clusters/proxy, and lets its impersonator (karmada-impersonator in each
+member) impersonate exactly the users, ServiceAccounts and groups listed on
+them. The cluster proxy impersonates the caller with all its groups but
+system:authenticated, so a group left off makes the member answer `groups
+"X" is forbidden: ... cannot impersonate resource "groups"`. Hence the
+ServiceAccount groups on this binding: any other ServiceAccount in
+karmada-apiserver then passes karmada-apiserver's clusters/proxy check, but
+members refuse to impersonate a user or ServiceAccount not listed here.
+system:authenticated itself is never bound: it would grant everyone.
+*/}}
+{{- define "gateway.executorsRBAC" -}}
+{{- $name := include "gateway.executorsName" . -}}
+{{- $subjects := list -}}
+{{- $groups := list -}}
+{{- range .Values.passthrough.executors -}}
+{{- if .serviceAccount -}}
+{{- $subjects = append $subjects (dict "kind" "ServiceAccount" "name" .serviceAccount "namespace" .namespace) -}}
+{{- $groups = concat $groups (list "system:serviceaccounts" (printf "system:serviceaccounts:%s" .namespace)) -}}
+{{- else -}}
+{{- $subjects = append $subjects (dict "apiGroup" "rbac.authorization.k8s.io" "kind" "User" "name" .user) -}}
+{{- $groups = concat $groups (default list .groups) -}}
+{{- end -}}
+{{- end -}}
+{{- range without (uniq $groups) "system:authenticated" -}}
+{{- $subjects = append $subjects (dict "apiGroup" "rbac.authorization.k8s.io" "kind" "Group" "name" .) -}}
+{{- end -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+rules:
+  # karmada-apiserver derives the verb from the method: POST (SPDY exec,
+  # attach, port-forward) is create, GET (WebSocket, logs, events) is get.
+  - apiGroups: [cluster.karmada.io]
+    resources: [clusters/proxy]
+    verbs: [get, create{{ if .Values.serviceProxy.enabled }}, update, patch, delete{{ end }}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "gateway.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}
+subjects:
+  {{- toYaml $subjects | nindent 2 }}
+{{- end -}}
+
+{{/*
+A PropagationPolicy for the executors' job pods in each namespace of
+executorPolicy.namespaces, in the shape they need: one cluster per pod, and
+the pod's Secrets and ConfigMaps sent with it.
+*/}}
+{{- define "gateway.executorPolicies" -}}
+{{- $p := .Values.executorPolicy -}}
+{{- range $i, $ns := $p.namespaces -}}
+{{- if $i }}
+---
+{{ end -}}
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: {{ $p.name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+spec:
+  # A job's registry credentials (imagePullSecrets), Secrets, ConfigMaps and
+  # ServiceAccount exist only in karmada-apiserver unless they follow the pod.
+  # Needs karmada-controller-manager --feature-gates=PropagateDeps=true (on in
+  # its binary, off in Karmada's Helm chart).
+  propagateDeps: true
+  resourceSelectors:
+    - apiVersion: v1
+      kind: Pod
+  placement:
+    {{- with $p.clusterAffinity }}
+    clusterAffinity:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    # Duplicated scheduling (the default) would run a bare Pod on every
+    # selected cluster.
+    spreadConstraints:
+      - spreadByField: cluster
+        maxGroups: 1
+        minGroups: 1
+{{- end }}
+{{- end -}}
+
 {{/* Every karmada-apiserver object this release wants, as one multi-document string. */}}
 {{- define "gateway.karmadaManifests" -}}
 {{- $docs := list -}}
@@ -202,6 +308,12 @@ spec:
 {{- end -}}
 {{- if and .Values.karmadaResources.memberRBAC (eq .Values.auth.mode "authorize") -}}
 {{- $docs = append $docs (include "gateway.memberRBAC" .) -}}
+{{- end -}}
+{{- if include "gateway.executorsRBACNeeded" . -}}
+{{- $docs = append $docs (include "gateway.executorsRBAC" .) -}}
+{{- end -}}
+{{- if .Values.executorPolicy.namespaces -}}
+{{- $docs = append $docs (include "gateway.executorPolicies" .) -}}
 {{- end -}}
 {{- join "\n---\n" $docs -}}
 {{- end -}}
