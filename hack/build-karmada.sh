@@ -76,10 +76,12 @@ fi
 
 start=$(date +%s)
 mkdir -p "$out"
+# -trimpath keeps source paths out of the build cache's keys, so a clone
+# in another directory (CI's) reuses the packages compiled here.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for attempt in 1 2 3; do
-  if (cd "$SRC_DIR" && "$GO" build -mod=vendor -ldflags='-s -w' -o "$out/" \
+  if (cd "$SRC_DIR" && "$GO" build -mod=vendor -trimpath -ldflags='-s -w' -o "$out/" \
     ./cmd/aggregated-apiserver ./cmd/controller-manager ./cmd/scheduler ./cmd/webhook) 2>"$log"; then
     echo "$KARMADA_COMMIT" > "$stamp"
     echo "karmada: built $(cd "$out" && echo aggregated-apiserver controller-manager scheduler webhook) in $(($(date +%s) - start))s"
