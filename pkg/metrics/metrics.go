@@ -21,6 +21,9 @@ const (
 	// RouteEvents is an events list or watch scoped to one pod, answered
 	// with the member cluster's events merged in.
 	RouteEvents = "events"
+	// RouteRefused is a request the gateway's path guards answered
+	// themselves (400, 405): nothing went upstream.
+	RouteRefused = "refused"
 )
 
 // Resolve sources label resolve results.

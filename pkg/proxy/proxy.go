@@ -213,7 +213,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	state := stateFrom(ctx)
 	pr, ok := parsePodRequest(r.URL)
 	if !ok { // guardPodRequests already refused these; never rewrite what was not parsed
-		writeStatus(w, apierrors.NewBadRequest("invalid pod subresource path"))
+		refuse(w, r, apierrors.NewBadRequest("invalid pod subresource path"))
 		return
 	}
 	state.route = pr.Subresource
@@ -284,7 +284,7 @@ func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	if targetsPodSubresource(r.URL) {
 		// Unreachable behind guardPodRequests; passthrough must never carry a
 		// pod stream request karmada-apiserver would refuse as host-less.
-		writeStatus(w, apierrors.NewBadRequest("invalid pod subresource path"))
+		refuse(w, r, apierrors.NewBadRequest("invalid pod subresource path"))
 		return
 	}
 	id, err := p.passthroughIdentity(ctx, r)

@@ -9,6 +9,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
 // podSubresources are the pod subresources rewritten to the cluster proxy.
@@ -49,7 +51,18 @@ func newRouter(rewrite, passthrough, serviceProxy, events http.HandlerFunc) http
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "GET, POST")
-	writeStatus(w, apierrors.NewMethodNotSupported(podsResource, r.Method))
+	refuse(w, r, apierrors.NewMethodNotSupported(podsResource, r.Method))
+}
+
+// refuse answers a request the path guards will not send anywhere. It is
+// counted under its own route: as passthrough it would hide among
+// karmada-apiserver's own 400s, and as the route it tried it would look
+// like a failed stream.
+func refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if state := stateFrom(r.Context()); state != nil {
+		state.route = metrics.RouteRefused
+	}
+	writeStatus(w, err)
 }
 
 // guardPodRequests answers 400 for every request that targets a pod stream
@@ -58,11 +71,11 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 func guardPodRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
-			writeStatus(w, apierrors.NewMethodNotSupported(podsResource, r.Method))
+			refuse(w, r, apierrors.NewMethodNotSupported(podsResource, r.Method))
 			return
 		}
 		if r.URL.Opaque != "" {
-			writeStatus(w, apierrors.NewBadRequest("the request target must be an absolute path"))
+			refuse(w, r, apierrors.NewBadRequest("the request target must be an absolute path"))
 			return
 		}
 		if !targetsPodSubresource(r.URL) {
@@ -70,7 +83,7 @@ func guardPodRequests(next http.Handler) http.Handler {
 			return
 		}
 		if _, ok := parsePodRequest(r.URL); !ok {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf(
+			refuse(w, r, apierrors.NewBadRequest(fmt.Sprintf(
 				"invalid pod subresource path %q: want /api/v1/namespaces/<namespace>/pods/<name>/<exec|attach|log|portforward> with a DNS-1123 label namespace, a DNS-1123 subdomain name and no percent-encoding",
 				r.URL.EscapedPath())))
 			return
@@ -95,7 +108,7 @@ func routeServiceProxy(serviceProxy http.HandlerFunc) func(http.Handler) http.Ha
 				return
 			}
 			if _, ok := parseServiceProxyRequest(r.URL); !ok {
-				writeStatus(w, invalidServiceProxyPath(r.URL))
+				refuse(w, r, invalidServiceProxyPath(r.URL))
 				return
 			}
 			serviceProxy(w, r)

@@ -151,7 +151,7 @@ func (p *Proxy) serveServiceProxy(w http.ResponseWriter, r *http.Request) {
 	state.route = metrics.RouteServiceProxy
 	sr, ok := parseServiceProxyRequest(r.URL)
 	if !ok {
-		writeStatus(w, invalidServiceProxyPath(r.URL))
+		refuse(w, r, invalidServiceProxyPath(r.URL))
 		return
 	}
 	logger := klog.FromContext(ctx).WithValues("namespace", sr.Namespace, "service", sr.Name)
