@@ -9,8 +9,8 @@
 //   - Routing (router.go, chi) parses the escaped path strictly. Any request
 //     that under some decoding or normalisation (percent-decoding, dot
 //     segments, empty segments, trailing slash) would address one of the four
-//     subresources but is not canonical is answered 400 and never sent
-//     upstream, so the gateway and karmada-apiserver can never disagree about
+//     subresources, with or without segments after it, but is not canonical
+//     is answered 400 and never sent upstream, so the gateway and karmada-apiserver can never disagree about
 //     which pod a request is for.
 //   - Service proxy (service.go), when Options.ServiceResolver is set:
 //     /api/v1/namespaces/<ns>/services/<[scheme:]name[:port]>/proxy[/<rest>]

@@ -144,8 +144,8 @@ func parsePodRequest(u *url.URL) (PodRequest, bool) {
 }
 
 // targetsPodSubresource reports whether some plausible reading of u's path
-// addresses /api/v1/namespaces/*/pods/*/<sub> for one of the rewritten
-// subresources: fully decoded or decoded per segment, with or without dot
+// addresses /api/v1/namespaces/*/pods/*/<sub>[/...] for one of the
+// rewritten subresources: fully decoded or decoded per segment, with or without dot
 // segments resolved, with empty segments kept or dropped. It is deliberately
 // loose; a request it matches must pass parsePodRequest or is refused.
 func targetsPodSubresource(u *url.URL) bool {
@@ -208,7 +208,10 @@ func normalizeSegments(segs []string, resolveDots, dropEmpty bool) []string {
 	return out
 }
 
+// podSubresourceShape matches any number of segments after the
+// subresource too: kube-apiserver would 404 them, but a proxy in between
+// may resolve or drop them, so they are refused rather than passed on.
 func podSubresourceShape(segs []string) bool {
-	return len(segs) == 7 && segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" &&
+	return len(segs) >= 7 && segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" &&
 		segs[4] == "pods" && isPodSubresource(segs[6])
 }

@@ -75,6 +75,22 @@ func TestRouting(t *testing.T) {
 		{"percent in name", "GET", "/api/v1/namespaces/ci/pods/x%41/log", 400, ""},
 		{"non canonical wrong method still 400", "DELETE", "/api/v1/namespaces/ci/pods/a%2Fb/exec", 400, ""},
 
+		// A segment after the subresource: kube-apiserver's exec, attach,
+		// log and portforward take none, and the docs promise 400 with
+		// nothing sent upstream for every such shape.
+		{"extra segment", "POST", "/api/v1/namespaces/ci/pods/x/exec/extra", 400, ""},
+		{"extra segments", "GET", "/api/v1/namespaces/ci/pods/x/log/a/b/c", 400, ""},
+		{"extra segment and trailing slash", "GET", "/api/v1/namespaces/ci/pods/x/attach/extra/", 400, ""},
+		{"dot dot after subresource", "POST", "/api/v1/namespaces/ci/pods/x/exec/..", 400, ""},
+		{"dot after subresource", "GET", "/api/v1/namespaces/ci/pods/x/log/.", 400, ""},
+		{"encoded dot dot after subresource", "GET", "/api/v1/namespaces/ci/pods/x/portforward/%2e%2e", 400, ""},
+		{"encoded dot after subresource", "GET", "/api/v1/namespaces/ci/pods/x/portforward/%2E", 400, ""},
+		{"encoded slash after subresource", "POST", "/api/v1/namespaces/ci/pods/x/exec%2Fextra", 400, ""},
+		{"empty segment then extra", "POST", "/api/v1/namespaces/ci/pods/x/exec//extra", 400, ""},
+		{"extra then dot dot back", "POST", "/api/v1/namespaces/ci/pods/x/exec/extra/..", 400, ""},
+		{"extra on a non-canonical name", "POST", "/api/v1/namespaces/ci/pods/a%2Fb/exec/extra", 400, ""},
+		{"extra segment wrong method", "DELETE", "/api/v1/namespaces/ci/pods/x/exec/extra", 400, ""},
+
 		// Canonical, wrong method: 405.
 		{"PUT exec", "PUT", "/api/v1/namespaces/ci/pods/x/exec", 405, ""},
 		{"DELETE log", "DELETE", "/api/v1/namespaces/ci/pods/x/log", 405, ""},
