@@ -18,6 +18,8 @@ const (
 	RoutePortForward = "portforward"
 	// RouteServiceProxy is services/{name}/proxy rewritten to a member.
 	RouteServiceProxy = "serviceproxy"
+	// RoutePodProxy is pods/{name}/proxy rewritten to a member.
+	RoutePodProxy = "podproxy"
 	// RouteEvents is an events list or watch scoped to one pod, answered
 	// with the member cluster's events merged in.
 	RouteEvents = "events"

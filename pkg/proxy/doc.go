@@ -12,13 +12,15 @@
 //     subresources, with or without segments after it, but is not canonical
 //     is answered 400 and never sent upstream, so the gateway and karmada-apiserver can never disagree about
 //     which pod a request is for.
-//   - Service proxy (service.go), when Options.ServiceResolver is set:
-//     /api/v1/namespaces/<ns>/services/<[scheme:]name[:port]>/proxy[/<rest>]
-//     goes, any method, upgrades included, to the cluster proxy of the
-//     member the Service resolves to, <rest> and the query byte for byte. The
+//   - Pod and service proxy (proxysubresource.go):
+//     /api/v1/namespaces/<ns>/pods/<[scheme:]name[:port]>/proxy[/<rest>],
+//     and with Options.ServiceResolver set the same path for services, goes,
+//     any method, upgrades included, to the cluster proxy of the member the
+//     pod (Service) resolves to, <rest> and the query byte for byte. The
 //     same strict parse applies to the prefix; <rest> may carry escapes but
-//     no segment that is or decodes to a dot segment. Authorize mode answers
-//     501: the Authorizer decides pod subresources only.
+//     no segment that is or decodes to a dot segment. Authorize mode
+//     authorizes the verb kube-apiserver derives from the method on
+//     pods/proxy (services/proxy), named by the whole segment.
 //   - Member pod events (events.go, eventswatch.go), when
 //     Options.MergeMemberEvents is set: a GET
 //     /api/v1/namespaces/<ns>/events list or watch whose fieldSelector pins

@@ -27,16 +27,30 @@ const testCluster = "member1"
 type stubResolver struct {
 	cluster string
 	err     error
+	callLog
+}
 
+func (s *stubResolver) Resolve(_ context.Context, namespace, pod string) (string, error) {
+	s.record(namespace + "/" + pod)
+	return s.cluster, s.err
+}
+
+// callLog records what a stub resolver was asked, as "namespace/name".
+type callLog struct {
 	mu    sync.Mutex
 	calls []string
 }
 
-func (s *stubResolver) Resolve(_ context.Context, namespace, pod string) (string, error) {
-	s.mu.Lock()
-	s.calls = append(s.calls, namespace+"/"+pod)
-	s.mu.Unlock()
-	return s.cluster, s.err
+func (c *callLog) record(call string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, call)
+}
+
+func (c *callLog) called() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.calls...)
 }
 
 // recorded is what an upstream saw of one request.

@@ -146,15 +146,15 @@ func New(opts Options) (*Proxy, error) {
 		ErrorHandler:   p.handleError,
 		ErrorLog:       log.New(klogWriter{}, "", 0),
 	}
-	var serviceProxy http.HandlerFunc
+	var services http.HandlerFunc
 	if p.services != nil {
-		serviceProxy = p.serveServiceProxy
+		services = p.serveServiceProxy
 	}
 	var events http.HandlerFunc
 	if opts.MergeMemberEvents {
 		events = p.serveEvents
 	}
-	p.router = newRouter(p.serveRewrite, p.servePassthrough, serviceProxy, events)
+	p.router = newRouter(p.serveRewrite, p.servePassthrough, p.servePodProxy, services, events)
 	return p, nil
 }
 

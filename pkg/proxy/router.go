@@ -25,16 +25,17 @@ func isPodSubresource(s string) bool {
 	return false
 }
 
-// newRouter routes the four pod subresources to rewrite, services/proxy to
-// serviceProxy when it is not nil, pod-scoped events lists to events when it
-// is not nil, and everything else to passthrough.
+// newRouter routes the four pod subresources to rewrite, pods/proxy to
+// podProxy, services/proxy to services when it is not nil, pod-scoped events
+// lists to events when it is not nil, and everything else to passthrough.
 // guardPodRequests runs first, so a request reaching chi that addresses a pod
 // stream is already known to be canonical.
-func newRouter(rewrite, passthrough, serviceProxy, events http.HandlerFunc) http.Handler {
+func newRouter(rewrite, passthrough, pods, services, events http.HandlerFunc) http.Handler {
 	mux := chi.NewRouter()
 	mux.Use(guardPodRequests)
-	if serviceProxy != nil {
-		mux.Use(routeServiceProxy(serviceProxy))
+	mux.Use(routeProxySubresource(podProxy, pods))
+	if services != nil {
+		mux.Use(routeProxySubresource(serviceProxy, services))
 	}
 	if events != nil {
 		mux.Use(routeEvents(events))
@@ -94,26 +95,6 @@ func guardPodRequests(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// routeServiceProxy sends every request that plausibly addresses
-// services/<x>/proxy to serviceProxy (any method: the proxied application
-// decides), or answers 400 when it is not in canonical form. It bypasses chi:
-// the proxied path's rest is arbitrary and must reach the handler unparsed.
-func routeServiceProxy(serviceProxy http.HandlerFunc) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !targetsServiceProxy(r.URL) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if _, ok := parseServiceProxyRequest(r.URL); !ok {
-				refuse(w, r, invalidServiceProxyPath(r.URL))
-				return
-			}
-			serviceProxy(w, r)
-		})
-	}
 }
 
 // parsePodRequest is the strict parse of a rewritten route. The escaped path
