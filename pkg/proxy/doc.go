@@ -77,7 +77,9 @@
 //     Upgrade, and a tls.Config shared with an HTTP/2 transport gets h2 added
 //     to its ALPN list.
 //   - Authorize mode (auth.go): rewritten routes are authorized by the
-//     Authorizer and sent with the gateway's identity after every client
+//     Authorizer with the verbs kube-apiserver checks for the method
+//     (PodRequest.ResourceRequests: GET of exec, attach and portforward needs
+//     get and create) and sent with the gateway's identity after every client
 //     identity header is removed; passthrough routes keep bearer callers'
 //     headers, and x509 callers are impersonated by the gateway.
 //   - Limits (limit.go): upgraded and streaming requests hold a slot of

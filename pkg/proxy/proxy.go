@@ -222,7 +222,17 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	// Authorize before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
-		if logger, ok = p.authorizeAsGateway(w, r, pr.ResourceRequest(), logger); !ok {
+		for _, rr := range pr.ResourceRequests(r.Method) {
+			if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
+				return
+			}
+		}
+		if pr.Subresource == "log" && r.Method != http.MethodGet {
+			// kube-apiserver serves pods/log with GET only: having
+			// authorized create as it does, answer its 405 here rather
+			// than let the member refuse the gateway's identity.
+			w.Header().Set("Allow", http.MethodGet)
+			writeStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/log"}, r.Method))
 			return
 		}
 	}
