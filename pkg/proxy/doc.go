@@ -76,6 +76,13 @@
 //     with its own tls.Config for upgrades: Go's HTTP/2 transport rejects
 //     Upgrade, and a tls.Config shared with an HTTP/2 transport gets h2 added
 //     to its ALPN list.
+//   - Passthrough admission (proxy.go, admittedByKarmada): the Resolver
+//     answers from caches, so before a rewritten route resolves anything in
+//     passthrough mode, karmada-apiserver judges the caller: a GET of the
+//     pod or Service from its watch cache with the caller's own credentials
+//     and identity headers (a WebSocket subprotocol token as Authorization).
+//     Any answer but 200 is relayed as it came, so a caller it refuses learns
+//     nothing about placement. Nothing is cached.
 //   - Authorize mode (auth.go): rewritten routes are authorized by the
 //     Authorizer with the verbs kube-apiserver checks for the method
 //     (PodRequest.ResourceRequests: GET of exec, attach and portforward needs

@@ -209,7 +209,8 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 		return
 	}
 	logger := klog.FromContext(ctx).WithValues("namespace", pr.Namespace, "resource", pr.Resource, "name", pr.Name)
-	// Authorize before resolving, so placement is not disclosed to callers
+	// Authorize (or, in passthrough mode, have karmada-apiserver judge the
+	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the object.
 	if p.authMode == AuthAuthorize {
 		rr, ok := pr.ResourceRequest(r.Method)
@@ -221,6 +222,8 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 		if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
 			return
 		}
+	} else if !p.admittedByKarmada(w, r, pr.Resource, pr.Namespace, pr.Name) {
+		return
 	}
 	cluster, err := resolve(ctx, pr.Namespace, pr.Name)
 	if err != nil {

@@ -40,6 +40,10 @@ func newEchoUpgrader(t testing.TB, upgradeTo string) *echoUpgrader {
 }
 
 func (e *echoUpgrader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	admitting(http.HandlerFunc(e.upgrade)).ServeHTTP(w, r)
+}
+
+func (e *echoUpgrader) upgrade(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.headers = append(e.headers, r.Header.Clone())
 	e.uris = append(e.uris, r.RequestURI)
@@ -144,7 +148,7 @@ func (c *rawClient) echo(t testing.TB, msg string) {
 
 func newUpgradeEnv(t *testing.T, up http.Handler, hellos *helloRecorder) (*Proxy, *httptest.Server) {
 	t.Helper()
-	upstream := httptest.NewUnstartedServer(up)
+	upstream := httptest.NewUnstartedServer(admitting(up))
 	if hellos != nil {
 		upstream.TLS = hellos.config()
 	}
