@@ -49,6 +49,21 @@ func (k *judgingKarmada) requests() []*http.Request {
 	return append([]*http.Request(nil), k.seen...)
 }
 
+// refusedCallers are the callers judgingKarmada refuses, and its answer.
+var refusedCallers = []struct {
+	name     string
+	header   http.Header
+	wantCode int
+}{
+	{"anonymous", http.Header{}, http.StatusUnauthorized},
+	{"bad token", http.Header{"Authorization": {"Bearer nope"}}, http.StatusUnauthorized},
+	{"bad WebSocket subprotocol token", http.Header{
+		"Connection": {"Upgrade"}, "Upgrade": {"websocket"},
+		"Sec-Websocket-Protocol": {"base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte("nope")) + ", v5.channel.k8s.io"},
+	}, http.StatusUnauthorized},
+	{"authenticated, not authorized", http.Header{"Authorization": {"Bearer denied"}}, http.StatusForbidden},
+}
+
 // TestPassthroughRefusalDisclosesNothing: in passthrough mode a caller
 // karmada-apiserver refuses learns nothing about the pod or Service of a
 // rewritten route, nor about member clusters: whatever the Resolver would
@@ -76,28 +91,15 @@ func TestPassthroughRefusalDisclosesNothing(t *testing.T) {
 		{"pods/proxy", "GET", "/api/v1/namespaces/ci/pods/http:p:80/proxy/x"},
 		{"services/proxy", "GET", "/api/v1/namespaces/ci/services/web/proxy/x"},
 	}
-	callers := []struct {
-		name     string
-		header   http.Header
-		wantCode int
-	}{
-		{"anonymous", http.Header{}, http.StatusUnauthorized},
-		{"bad token", http.Header{"Authorization": {"Bearer nope"}}, http.StatusUnauthorized},
-		{"bad WebSocket subprotocol token", http.Header{
-			"Connection": {"Upgrade"}, "Upgrade": {"websocket"},
-			"Sec-Websocket-Protocol": {"base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte("nope")) + ", v5.channel.k8s.io"},
-		}, http.StatusUnauthorized},
-		{"authenticated, not authorized", http.Header{"Authorization": {"Bearer denied"}}, http.StatusForbidden},
-	}
 	for _, route := range routes {
-		for _, caller := range callers {
+		for _, caller := range refusedCallers {
 			t.Run(route.name+" "+caller.name, func(t *testing.T) {
 				var first []byte
 				for _, res := range resolvers {
 					k := &judgingKarmada{}
 					srv := httptest.NewServer(k)
 					pods := &stubResolver{cluster: res.cluster, err: res.err}
-					services := &stubServiceResolver{cluster: res.cluster, err: res.err}
+					services := &stubResolver{cluster: res.cluster, err: res.err}
 					p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: pods, ServiceResolver: services})
 					rec := httptest.NewRecorder()
 					p.ServeHTTP(rec, rawRequest(t, route.method, route.target, caller.header, ""))
@@ -165,7 +167,7 @@ func TestPassthroughAdmissionCheck(t *testing.T) {
 			srv := httptest.NewServer(k)
 			defer srv.Close()
 			pods := &stubResolver{cluster: testCluster}
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: pods, ServiceResolver: &stubServiceResolver{cluster: testCluster}})
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: pods, ServiceResolver: &stubResolver{cluster: testCluster}})
 			rec := httptest.NewRecorder()
 			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, tt.header, ""))
 			reqs := k.requests()
@@ -207,17 +209,8 @@ func TestPassthroughEventsRefusalDisclosesNothing(t *testing.T) {
 		eventsTarget("involvedObject.name=p", "&watch=true"),
 		eventsTarget("involvedObject.name=p", "&watch=true&resourceVersion=42"),
 	}
-	callers := []struct {
-		name     string
-		header   http.Header
-		wantCode int
-	}{
-		{"anonymous", http.Header{}, http.StatusUnauthorized},
-		{"bad token", http.Header{"Authorization": {"Bearer nope"}}, http.StatusUnauthorized},
-		{"authenticated, not authorized", http.Header{"Authorization": {"Bearer denied"}}, http.StatusForbidden},
-	}
 	for _, target := range targets {
-		for _, caller := range callers {
+		for _, caller := range refusedCallers {
 			t.Run(target+" "+caller.name, func(t *testing.T) {
 				var first []byte
 				for _, res := range []*stubResolver{

@@ -29,7 +29,7 @@ func FuzzServiceProxyRewrite(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1])
 	}
-	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &stubServiceResolver{cluster: testCluster}})
+	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &stubResolver{cluster: testCluster}})
 	out := recordUpstream(p)
 	clusterPrefix := karmada.ClusterProxyPath(testCluster, "")
 

@@ -23,16 +23,21 @@ import (
 
 const testCluster = "member1"
 
-// stubResolver resolves every pod to cluster, or fails with err.
+// stubResolver resolves every pod (and, as a ServiceResolver, every
+// Service) to cluster, or fails with err.
 type stubResolver struct {
 	cluster string
 	err     error
 	callLog
 }
 
-func (s *stubResolver) Resolve(_ context.Context, namespace, pod string) (string, error) {
-	s.record(namespace + "/" + pod)
+func (s *stubResolver) Resolve(_ context.Context, namespace, name string) (string, error) {
+	s.record(namespace + "/" + name)
 	return s.cluster, s.err
+}
+
+func (s *stubResolver) ResolveService(ctx context.Context, namespace, name string) (string, error) {
+	return s.Resolve(ctx, namespace, name)
 }
 
 // callLog records what a stub resolver was asked, as "namespace/name".

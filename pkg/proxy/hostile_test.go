@@ -114,14 +114,14 @@ type authorizeEnv struct {
 	echo  *echoUpgrader
 	authz *fakeAuthorizer
 	res   *stubResolver
-	svc   *stubServiceResolver
+	svc   *stubResolver
 }
 
 func newAuthorizeEnv(t *testing.T, authz *fakeAuthorizer) *authorizeEnv {
 	t.Helper()
 	env := &authorizeEnv{
 		up: &recordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz,
-		res: &stubResolver{cluster: testCluster}, svc: &stubServiceResolver{cluster: testCluster},
+		res: &stubResolver{cluster: testCluster}, svc: &stubResolver{cluster: testCluster},
 	}
 	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "" {

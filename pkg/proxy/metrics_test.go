@@ -92,7 +92,7 @@ func TestRefusedRequestsHaveTheirOwnRoute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.New(prometheus.NewRegistry())
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, Metrics: m, ServiceResolver: &stubServiceResolver{cluster: testCluster}})
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, Metrics: m, ServiceResolver: &stubResolver{cluster: testCluster}})
 			out := recordUpstream(p)
 			rec := httptest.NewRecorder()
 			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, nil, ""))

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -15,17 +14,6 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
-
-type stubServiceResolver struct {
-	cluster string
-	err     error
-	callLog
-}
-
-func (s *stubServiceResolver) ResolveService(_ context.Context, namespace, name string) (string, error) {
-	s.record(namespace + "/" + name)
-	return s.cluster, s.err
-}
 
 func TestServiceProxyRouting(t *testing.T) {
 	svc := func(seg, rest string) string {
@@ -82,7 +70,7 @@ func TestServiceProxyRouting(t *testing.T) {
 			up := &recordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			sres := &stubServiceResolver{cluster: testCluster}
+			sres := &stubResolver{cluster: testCluster}
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: sres})
 
 			rec := httptest.NewRecorder()
@@ -129,7 +117,7 @@ func TestServiceProxyResolverErrorIsTheStatus(t *testing.T) {
 		{apierrors.NewConflict(servicesResource, "web", nil), 409},
 		{apierrors.NewServiceUnavailable("cluster member1 is not ready"), 503},
 	} {
-		p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubServiceResolver{err: tc.err}})
+		p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubResolver{err: tc.err}})
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
 		st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
@@ -146,7 +134,7 @@ func TestServiceProxyInvalidClusterNameIsRefused(t *testing.T) {
 	up := &recordingUpstream{}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubServiceResolver{cluster: "a/b"}})
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubResolver{cluster: "a/b"}})
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
 	if rec.Code != http.StatusInternalServerError || len(up.requests()) != 0 {
@@ -294,7 +282,7 @@ func TestProxySubresourceWebSocketUpgrade(t *testing.T) {
 			upstream.EnableHTTP2 = true
 			upstream.StartTLS()
 			t.Cleanup(upstream.Close)
-			p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), ServiceResolver: &stubServiceResolver{cluster: testCluster}})
+			p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), ServiceResolver: &stubResolver{cluster: testCluster}})
 			gw := httptest.NewUnstartedServer(p)
 			gw.StartTLS()
 			t.Cleanup(gw.Close)
