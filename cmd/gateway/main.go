@@ -1,6 +1,6 @@
 // Command gateway serves karmada-exec-gateway: a reverse proxy in front of
-// karmada-apiserver that sends pods/exec, attach, log and portforward to the
-// member cluster running the pod, plus the controller that labels pod
+// karmada-apiserver that sends pods/exec, attach, log, portforward and proxy
+// to the member cluster running the pod, plus the controller that labels pod
 // templates with their cluster. This file only wires flags to constructors.
 package main
 

@@ -373,6 +373,7 @@ var (
 	memberRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
 	}
 	// serviceProxy.enabled in authorize mode: every verb kube-apiserver

@@ -208,30 +208,43 @@ func TestForbiddenStatusDetails(t *testing.T) {
 	}
 }
 
+// TestVerbPerSubresource: the SubjectAccessReviews of a pod subresource
+// request carry the verbs kube-apiserver checks for its method, in order.
 func TestVerbPerSubresource(t *testing.T) {
 	tests := []struct {
-		sub, verb string
+		method, sub string
+		verbs       []string
 	}{
-		{"exec", "create"},
-		{"attach", "create"},
-		{"portforward", "create"},
-		{"log", "get"},
+		{"POST", "exec", []string{"create"}},
+		{"GET", "exec", []string{"get", "create"}},
+		{"POST", "attach", []string{"create"}},
+		{"GET", "attach", []string{"get", "create"}},
+		{"POST", "portforward", []string{"create"}},
+		{"GET", "portforward", []string{"get", "create"}},
+		{"GET", "log", []string{"get"}},
+		{"POST", "log", []string{"create"}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.sub, func(t *testing.T) {
+		t.Run(tc.method+" "+tc.sub, func(t *testing.T) {
 			env := newTestEnv(t, nil)
-			env.api.grant(rule("alice", tc.verb, "", "pods/"+tc.sub, "ci", "job-42"))
-			pr := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: tc.sub}.ResourceRequest()
-			if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), pr); err != nil {
-				t.Fatalf("AuthorizeResource: %v", err)
+			for _, v := range tc.verbs {
+				env.api.grant(rule("alice", v, "", "pods/"+tc.sub, "ci", "job-42"))
+			}
+			pr := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: tc.sub}
+			for _, rr := range pr.ResourceRequests(tc.method) {
+				if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), rr); err != nil {
+					t.Fatalf("AuthorizeResource %+v: %v", rr, err)
+				}
 			}
 			sars := env.api.seenSARs()
-			if len(sars) != 1 {
-				t.Fatalf("SARs = %d, want 1", len(sars))
+			if len(sars) != len(tc.verbs) {
+				t.Fatalf("SARs = %d, want %d", len(sars), len(tc.verbs))
 			}
-			ra := sars[0].ResourceAttributes
-			if ra.Verb != tc.verb || ra.Resource != "pods" || ra.Subresource != tc.sub || ra.Version != "v1" {
-				t.Errorf("SAR attributes = %#v, want %s pods/%s", ra, tc.verb, tc.sub)
+			for i, sar := range sars {
+				ra := sar.ResourceAttributes
+				if ra.Verb != tc.verbs[i] || ra.Resource != "pods" || ra.Subresource != tc.sub || ra.Version != "v1" {
+					t.Errorf("SAR %d attributes = %#v, want %s pods/%s", i, ra, tc.verbs[i], tc.sub)
+				}
 			}
 		})
 	}
@@ -244,7 +257,7 @@ func TestCache(t *testing.T) {
 		rule("alice", "create", "", "pods/exec", "ci", "job-42"),
 		rule("alice", "get", "", "pods/log", "ci", "job-42"),
 	)
-	logJob42 := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequest()
+	logJob42 := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequests(http.MethodGet)[0]
 	call := func(token string, rr proxy.ResourceRequest) error {
 		t.Helper()
 		_, err := env.authz.AuthorizeResource(ctx, newRequest(bearer(token), nil), rr)
@@ -352,7 +365,7 @@ func TestCacheBound(t *testing.T) {
 	const size = 16
 	env := newTestEnv(t, func(o *Options) { o.MaxCacheEntries = size })
 	pod := func(i int) proxy.ResourceRequest {
-		return proxy.PodRequest{Namespace: "ci", Name: fmt.Sprintf("job-%d", i), Subresource: "exec"}.ResourceRequest()
+		return proxy.PodRequest{Namespace: "ci", Name: fmt.Sprintf("job-%d", i), Subresource: "exec"}.ResourceRequests(http.MethodPost)[0]
 	}
 	for i := range 200 {
 		env.api.grant(rule("alice", "create", "", "pods/exec", "ci", pod(i).Name))

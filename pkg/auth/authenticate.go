@@ -39,11 +39,21 @@ type credential struct {
 	cert *proxy.Caller
 }
 
-// credentialOf picks the bearer token, else a verified client certificate,
-// else fails with 401. A certificate is verified on every request (not
-// cached) so expiry is honoured to the second.
+// credentialOf picks the bearer token (from Authorization, else from a
+// WebSocket bearer subprotocol, as kube-apiserver accepts it from browsers),
+// else a verified client certificate, else fails with 401. A certificate is
+// verified on every request (not cached) so expiry is honoured to the
+// second.
 func (a *Authorizer) credentialOf(r *http.Request) (credential, error) {
-	if token, ok := bearerToken(r.Header); ok {
+	token, ok := bearerToken(r.Header)
+	if !ok {
+		var err error
+		if token, ok, err = proxy.WebSocketBearerToken(r.Header); err != nil {
+			klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", err)
+			return credential{}, unauthorized()
+		}
+	}
+	if ok {
 		sum := sha256.Sum256([]byte(token))
 		return credential{key: "token:" + hex.EncodeToString(sum[:]), token: token}, nil
 	}

@@ -220,7 +220,7 @@ func bearer(token string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + token}}
 }
 
-var execJob42 = proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "exec"}.ResourceRequest()
+var execJob42 = proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "exec"}.ResourceRequests(http.MethodPost)[0]
 
 // statusOf returns the HTTP code and message the proxy would write for err.
 func statusOf(t *testing.T, err error) (int32, string) {

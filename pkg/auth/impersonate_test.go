@@ -276,7 +276,7 @@ func TestImpersonationIsCachedPerRequestedIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another pod request reuses the impersonation check.
-	if _, err := env.authz.AuthorizeResource(context.Background(), req("bob"), proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequest()); err != nil {
+	if _, err := env.authz.AuthorizeResource(context.Background(), req("bob"), proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequests(http.MethodGet)[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, sars := env.api.calls(); sars != 3 {

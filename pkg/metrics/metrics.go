@@ -18,9 +18,14 @@ const (
 	RoutePortForward = "portforward"
 	// RouteServiceProxy is services/{name}/proxy rewritten to a member.
 	RouteServiceProxy = "serviceproxy"
+	// RoutePodProxy is pods/{name}/proxy rewritten to a member.
+	RoutePodProxy = "podproxy"
 	// RouteEvents is an events list or watch scoped to one pod, answered
 	// with the member cluster's events merged in.
 	RouteEvents = "events"
+	// RouteRefused is a request the gateway's path guards answered
+	// themselves (400, 405): nothing went upstream.
+	RouteRefused = "refused"
 )
 
 // Resolve sources label resolve results.

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 const (
@@ -42,6 +45,50 @@ func StripIdentityHeaders(h http.Header) {
 		}
 	}
 	stripWebSocketBearer(h)
+}
+
+// WebSocketBearerToken reads the bearer token of a
+// base64url.bearer.authorization.k8s.io.<token> WebSocket subprotocol, the
+// form browsers use since they cannot set Authorization, as kube-apiserver's
+// websocket protocol authenticator (k8s.io/apiserver, request/websocket)
+// reads it: only on a WebSocket upgrade, one such entry at most, unpadded
+// base64url of valid UTF-8, and at least one other subprotocol for the
+// server to answer with. ok is false when there is no token to read; err
+// is set for an entry kube-apiserver would answer 401 to. Neither the token
+// nor the entry is ever part of err.
+func WebSocketBearerToken(h http.Header) (token string, ok bool, err error) {
+	if !strings.EqualFold(upgradeType(h), "websocket") {
+		return "", false, nil
+	}
+	sawToken, others := false, 0
+	for _, v := range h.Values("Sec-Websocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			encoded, isToken := strings.CutPrefix(strings.TrimSpace(p), websocketBearerPrefix)
+			if !isToken {
+				others++
+				continue
+			}
+			if sawToken {
+				return "", false, errors.New("more than one bearer token subprotocol")
+			}
+			sawToken = true
+			decoded, err := base64.RawURLEncoding.DecodeString(encoded)
+			if err != nil {
+				return "", false, errors.New("bearer token subprotocol is not unpadded base64url")
+			}
+			if !utf8.Valid(decoded) {
+				return "", false, errors.New("bearer token subprotocol is not UTF-8")
+			}
+			token = string(decoded)
+		}
+	}
+	if token == "" {
+		return "", false, nil
+	}
+	if others == 0 {
+		return "", false, errors.New("bearer token subprotocol without another subprotocol")
+	}
+	return token, true, nil
 }
 
 // stripWebSocketBearer drops only the token entries of Sec-WebSocket-Protocol,

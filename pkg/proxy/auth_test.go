@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"io"
 	"math/big"
 	"net/http"
@@ -29,6 +30,8 @@ type fakeAuthorizer struct {
 	caller  Caller
 	deny    error
 	authErr error
+	// denyVerb denies only requests with that verb, with its error.
+	denyVerb map[string]error
 
 	mu         sync.Mutex
 	authorized []ResourceRequest
@@ -41,6 +44,9 @@ func (f *fakeAuthorizer) AuthorizeResource(_ context.Context, r *http.Request, r
 	f.mu.Unlock()
 	if f.deny != nil {
 		return Caller{}, f.deny
+	}
+	if err := f.denyVerb[rr.Verb]; err != nil {
+		return Caller{}, err
 	}
 	return f.caller, nil
 }
@@ -280,5 +286,79 @@ func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
 		if got.Header.Get("Authorization") != "" || got.Header.Get("Impersonate-User") != "someone" {
 			t.Errorf("%s: Authorization %q Impersonate-User %q", got.Path, got.Header.Get("Authorization"), got.Header.Get("Impersonate-User"))
 		}
+	}
+}
+
+// TestAuthorizeModePodVerbs: each pod subresource request is authorized with
+// the verbs kube-apiserver checks for it: the one RequestInfo derives from
+// the method (POST create, GET get), and for a GET of exec, attach or
+// portforward (the WebSocket form) create as well, as kube-apiserver 1.35+
+// adds. POST pods/log, which kube-apiserver authorizes as create and then
+// answers 405, never reaches the member as the gateway.
+func TestAuthorizeModePodVerbs(t *testing.T) {
+	rr := func(sub string, verbs ...string) []ResourceRequest {
+		var out []ResourceRequest
+		for _, v := range verbs {
+			out = append(out, ResourceRequest{Namespace: "ci", Verb: v, Resource: "pods", Subresource: sub, Name: "p"})
+		}
+		return out
+	}
+	denied := func(verb, sub string) error {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p",
+			errors.New(`User "alice" cannot `+verb+` resource "pods/`+sub+`" in API group "" in the namespace "ci"`))
+	}
+	upgrade := [][2]string{{"Connection", "Upgrade"}, {"Upgrade", "SPDY/3.1"}, {"Authorization", "Bearer t"}}
+	plain := [][2]string{{"Authorization", "Bearer t"}}
+	tests := []struct {
+		name, method, sub string
+		header            [][2]string
+		denyVerb          map[string]error
+		wantCode          int
+		wantAsked         []ResourceRequest
+	}{
+		{"POST exec", "POST", "exec", upgrade, nil, 101, rr("exec", "create")},
+		{"GET exec upgrade", "GET", "exec", upgrade, nil, 101, rr("exec", "get", "create")},
+		{"GET exec not upgraded", "GET", "exec", plain, nil, 200, rr("exec", "get", "create")},
+		{"POST attach", "POST", "attach", upgrade, nil, 101, rr("attach", "create")},
+		{"GET attach upgrade", "GET", "attach", upgrade, nil, 101, rr("attach", "get", "create")},
+		{"POST portforward", "POST", "portforward", upgrade, nil, 101, rr("portforward", "create")},
+		{"GET portforward upgrade", "GET", "portforward", upgrade, nil, 101, rr("portforward", "get", "create")},
+		{"GET log", "GET", "log", plain, nil, 200, rr("log", "get")},
+		{"POST log allowed is 405", "POST", "log", plain, nil, 405, rr("log", "create")},
+		{"POST log denied is 403", "POST", "log", plain, map[string]error{"create": denied("create", "log")}, 403, rr("log", "create")},
+		{"GET exec with only create", "GET", "exec", upgrade, map[string]error{"get": denied("get", "exec")}, 403, rr("exec", "get")},
+		{"GET exec with only get", "GET", "exec", upgrade, map[string]error{"create": denied("create", "exec")}, 403, rr("exec", "get", "create")},
+		{"POST exec with only get", "POST", "exec", upgrade, map[string]error{"create": denied("create", "exec")}, 403, rr("exec", "create")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice"}, denyVerb: tt.denyVerb})
+			c := env.dial(t, nil)
+			resp := c.send(t, tt.method, "/api/v1/namespaces/ci/pods/p/"+tt.sub, tt.header)
+			if resp.StatusCode != tt.wantCode {
+				body, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.wantCode)
+			}
+			if !reflect.DeepEqual(env.authz.authorized, tt.wantAsked) {
+				t.Errorf("authorized %+v\nwant       %+v", env.authz.authorized, tt.wantAsked)
+			}
+			if tt.wantCode < 300 {
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			if int(st.Code) != tt.wantCode {
+				t.Errorf("Status code %d, want %d", st.Code, tt.wantCode)
+			}
+			if tt.wantCode == http.StatusForbidden && !strings.Contains(st.Message, `User "alice"`) {
+				t.Errorf("403 %q does not name the caller", st.Message)
+			}
+			if n := len(env.up.requests()) + len(env.echo.requestHeaders()); n != 0 {
+				t.Errorf("refused request reached the upstream %d times", n)
+			}
+			if calls := env.res.called(); tt.wantCode == http.StatusForbidden && len(calls) != 0 {
+				t.Errorf("denied request was resolved: %q", calls)
+			}
+		})
 	}
 }

@@ -9,16 +9,18 @@
 //   - Routing (router.go, chi) parses the escaped path strictly. Any request
 //     that under some decoding or normalisation (percent-decoding, dot
 //     segments, empty segments, trailing slash) would address one of the four
-//     subresources but is not canonical is answered 400 and never sent
-//     upstream, so the gateway and karmada-apiserver can never disagree about
+//     subresources, with or without segments after it, but is not canonical
+//     is answered 400 and never sent upstream, so the gateway and karmada-apiserver can never disagree about
 //     which pod a request is for.
-//   - Service proxy (service.go), when Options.ServiceResolver is set:
-//     /api/v1/namespaces/<ns>/services/<[scheme:]name[:port]>/proxy[/<rest>]
-//     goes, any method, upgrades included, to the cluster proxy of the
-//     member the Service resolves to, <rest> and the query byte for byte. The
+//   - Pod and service proxy (proxysubresource.go):
+//     /api/v1/namespaces/<ns>/pods/<[scheme:]name[:port]>/proxy[/<rest>],
+//     and with Options.ServiceResolver set the same path for services, goes,
+//     any method, upgrades included, to the cluster proxy of the member the
+//     pod (Service) resolves to, <rest> and the query byte for byte. The
 //     same strict parse applies to the prefix; <rest> may carry escapes but
-//     no segment that is or decodes to a dot segment. Authorize mode answers
-//     501: the Authorizer decides pod subresources only.
+//     no segment that is or decodes to a dot segment. Authorize mode
+//     authorizes the verb kube-apiserver derives from the method on
+//     pods/proxy (services/proxy), named by the whole segment.
 //   - Member pod events (events.go, eventswatch.go), when
 //     Options.MergeMemberEvents is set: a GET
 //     /api/v1/namespaces/<ns>/events list or watch whose fieldSelector pins
@@ -74,8 +76,17 @@
 //     with its own tls.Config for upgrades: Go's HTTP/2 transport rejects
 //     Upgrade, and a tls.Config shared with an HTTP/2 transport gets h2 added
 //     to its ALPN list.
+//   - Passthrough admission (proxy.go, admittedByKarmada): the Resolver
+//     answers from caches, so before a rewritten route resolves anything in
+//     passthrough mode, karmada-apiserver judges the caller: a GET of the
+//     pod or Service from its watch cache with the caller's own credentials
+//     and identity headers (a WebSocket subprotocol token as Authorization).
+//     Any answer but 200 is relayed as it came, so a caller it refuses learns
+//     nothing about placement. Nothing is cached.
 //   - Authorize mode (auth.go): rewritten routes are authorized by the
-//     Authorizer and sent with the gateway's identity after every client
+//     Authorizer with the verbs kube-apiserver checks for the method
+//     (PodRequest.ResourceRequests: GET of exec, attach and portforward needs
+//     get and create) and sent with the gateway's identity after every client
 //     identity header is removed; passthrough routes keep bearer callers'
 //     headers, and x509 callers are impersonated by the gateway.
 //   - Limits (limit.go): upgraded and streaming requests hold a slot of

@@ -29,7 +29,7 @@ func FuzzServiceProxyRewrite(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1])
 	}
-	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &stubServiceResolver{cluster: testCluster}})
+	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &stubResolver{cluster: testCluster}})
 	out := recordUpstream(p)
 	clusterPrefix := karmada.ClusterProxyPath(testCluster, "")
 
@@ -58,7 +58,7 @@ func FuzzServiceProxyRewrite(f *testing.F) {
 			t.Fatalf("%q: query %q", target, got.RawQuery)
 		}
 		if !strings.HasPrefix(got.Path, clusterPrefix) {
-			if targetsServiceProxy(req.URL) {
+			if serviceProxy.targets(req.URL) {
 				t.Fatalf("%q: a services/proxy reading passed through as %q", target, got.EscapedPath())
 			}
 			return
@@ -66,7 +66,10 @@ func FuzzServiceProxyRewrite(f *testing.F) {
 		if _, _, _, ok := strictParseForTest(req.URL.EscapedPath()); ok {
 			return // the pod rewrite, FuzzRewrite's subject
 		}
-		sr, ok := parseServiceProxyRequest(req.URL)
+		if podProxy.targets(req.URL) {
+			return // pods/proxy, FuzzRewrite's subject too
+		}
+		sr, ok := serviceProxy.parse(req.URL)
 		if !ok {
 			t.Fatalf("%q: rewritten to %q without a strict parse", target, got.EscapedPath())
 		}

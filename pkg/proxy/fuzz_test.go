@@ -18,6 +18,16 @@ import (
 // nothing else, no escapes.
 var canonicalPodPath = regexp.MustCompile(`^/api/v1/namespaces/([a-z0-9]([-a-z0-9]*[a-z0-9])?)/pods/([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/(exec|attach|log|portforward)$`)
 
+// podProxyPathForTest is an independent, loose statement of the pods/proxy
+// prefix: every request the gateway rewrites as pods/proxy matches it.
+// narrowPodProxyPathForTest is a narrow one: every request matching it
+// (name or name:port with a plain port, a rest of letters, digits and
+// slashes) must be rewritten.
+var (
+	podProxyPathForTest       = regexp.MustCompile(`^/api/v1/namespaces/[a-z0-9]([-a-z0-9]*[a-z0-9])?/pods/((https?:)?[a-z0-9][-a-z0-9.]*(:[a-z0-9-]+)?|https?:[a-z0-9][-a-z0-9.]*:)/proxy(/.*)?$`)
+	narrowPodProxyPathForTest = regexp.MustCompile(`^/api/v1/namespaces/[a-z0-9]{1,20}/pods/[a-z0-9]{1,20}(:[1-9][0-9]{0,3})?/proxy(/[a-z0-9/]*)?$`)
+)
+
 func strictParseForTest(escapedPath string) (ns, name, sub string, ok bool) {
 	m := canonicalPodPath.FindStringSubmatch(escapedPath)
 	if m == nil || len(m[1]) > 63 || len(m[3]) > 253 {
@@ -41,7 +51,16 @@ func FuzzRewrite(f *testing.F) {
 		{"/api/v1/namespaces/ci/pods/x/ex%65c", "a=%zz;b"},
 		{"/api/v1/namespaces/ci/pods/x/status/../exec", ""},
 		{"/api/v1/namespaces/ci/pods/x/status", "x=1"},
+		{"/api/v1/namespaces/ci/pods/x/exec/extra", ""},
+		{"/api/v1/namespaces/ci/pods/x/log/..", ""},
+		{"/api/v1/namespaces/ci/pods/x/attach/%2e%2e/", ""},
+		{"/api/v1/namespaces/ci/pods/x/portforward%2Fa", ""},
 		{"/api/v1/namespaces/ci/pods/x/proxy/exec", ""},
+		{"/api/v1/namespaces/ci/pods/x:8080/proxy", "a=%zz;"},
+		{"/api/v1/namespaces/ci/pods/https:job.42:443/proxy/a%2Fb/", ""},
+		{"/api/v1/namespaces/ci/pods/x/proxy/../../y/exec", ""},
+		{"/api/v1/namespaces/ci/pods/x/proxy/%2e%2e/", ""},
+		{"/api/v1/namespaces/ci/pods/x%3A80/proxy/", ""},
 		{"/api/v1/namespaces/ci/configmaps/a%2Fb", ""},
 		{"/apis", "timeout=32s"},
 	} {
@@ -90,20 +109,40 @@ func FuzzRewrite(f *testing.F) {
 			}
 			return
 		}
+		clusterPrefix := karmada.ClusterProxyPath(testCluster, "")
+		if narrowPodProxyPathForTest.MatchString(sentPath) && req.URL.Opaque == "" {
+			if len(out.requests) != 1 || out.requests[0].URL.EscapedPath() != clusterPrefix+sentPath {
+				t.Fatalf("%q: canonical pods/proxy request not rewritten: %d %s", target, rec.Code, rec.Body)
+			}
+		}
 		if len(out.requests) == 0 {
 			return
 		}
-		// Anything else that went upstream went unchanged, and is not a
-		// rewrite nor a request for one of the four subresources.
 		got := out.requests[0].URL
+		if strings.HasPrefix(got.Path, clusterPrefix) && !strings.HasPrefix(req.URL.Path, "/apis/cluster.karmada.io/") {
+			// Only pods/proxy is left to rewrite: its whole path byte for
+			// byte below the cluster proxy, and no dot segment anywhere.
+			if !podProxyPathForTest.MatchString(sentPath) || got.EscapedPath() != clusterPrefix+sentPath || got.RawQuery != req.URL.RawQuery {
+				t.Fatalf("%q: rewritten to %q ? %q without a strict parse", target, got.EscapedPath(), got.RawQuery)
+			}
+			for _, s := range strings.Split(got.Path, "/") {
+				if s == "." || s == ".." {
+					t.Fatalf("%q: dot segment in rewritten path %q", target, got.Path)
+				}
+			}
+			return
+		}
+		// Anything else that went upstream went unchanged, and is not a
+		// rewrite nor a request for one of the four subresources or
+		// pods/proxy.
 		if strings.HasPrefix(got.Path, "/apis/cluster.karmada.io/") && !strings.HasPrefix(req.URL.Path, "/apis/cluster.karmada.io/") {
 			t.Fatalf("%q: rewritten to %q without a strict parse", target, got.Path)
 		}
 		if got.EscapedPath() != req.URL.EscapedPath() || got.Path != req.URL.Path || got.RawQuery != req.URL.RawQuery {
 			t.Fatalf("%q: passthrough changed the target to %q ? %q", target, got.EscapedPath(), got.RawQuery)
 		}
-		if targetsPodSubresource(req.URL) {
-			t.Fatalf("%q: non-canonical pod stream request passed through", target)
+		if targetsPodSubresource(req.URL) || podProxy.targets(req.URL) {
+			t.Fatalf("%q: non-canonical pod stream or pods/proxy request passed through", target)
 		}
 	})
 }

@@ -23,20 +23,39 @@ import (
 
 const testCluster = "member1"
 
-// stubResolver resolves every pod to cluster, or fails with err.
+// stubResolver resolves every pod (and, as a ServiceResolver, every
+// Service) to cluster, or fails with err.
 type stubResolver struct {
 	cluster string
 	err     error
+	callLog
+}
 
+func (s *stubResolver) Resolve(_ context.Context, namespace, name string) (string, error) {
+	s.record(namespace + "/" + name)
+	return s.cluster, s.err
+}
+
+func (s *stubResolver) ResolveService(ctx context.Context, namespace, name string) (string, error) {
+	return s.Resolve(ctx, namespace, name)
+}
+
+// callLog records what a stub resolver was asked, as "namespace/name".
+type callLog struct {
 	mu    sync.Mutex
 	calls []string
 }
 
-func (s *stubResolver) Resolve(_ context.Context, namespace, pod string) (string, error) {
-	s.mu.Lock()
-	s.calls = append(s.calls, namespace+"/"+pod)
-	s.mu.Unlock()
-	return s.cluster, s.err
+func (c *callLog) record(call string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, call)
+}
+
+func (c *callLog) called() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.calls...)
 }
 
 // recorded is what an upstream saw of one request.
@@ -52,13 +71,43 @@ type recorded struct {
 	ProtoMajor int
 }
 
-// recordingUpstream answers 200 "ok" and records every request.
+// isAdmissionCheck reports whether r is passthrough mode's admission check
+// (Proxy.admittedByKarmada): a GET from the watch cache of the pod or
+// Service a rewritten route names.
+func isAdmissionCheck(r *http.Request) bool {
+	segs := strings.Split(r.URL.Path, "/")
+	segs = segs[max(0, len(segs)-6):] // below the upstream's base path
+	return r.Method == http.MethodGet && r.URL.RawQuery == "resourceVersion=0" && len(segs) == 6 &&
+		segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" && (segs[4] == "pods" || segs[4] == "services")
+}
+
+// admitting answers admission checks as karmada-apiserver answers them for
+// a caller it admits and hands every other request to next, so an upstream
+// fake sees only the requests its test is about. The checks themselves are
+// TestPassthroughAdmissionCheck's subject.
+func admitting(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isAdmissionCheck(r) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{}}`)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recordingUpstream answers 200 "ok" and records every request but
+// admission checks, which it admits.
 type recordingUpstream struct {
 	mu   sync.Mutex
 	reqs []recorded
 }
 
 func (u *recordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	admitting(http.HandlerFunc(u.record)).ServeHTTP(w, r)
+}
+
+func (u *recordingUpstream) record(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.reqs = append(u.reqs, recorded{
@@ -171,11 +220,14 @@ func insecureTestTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true
 
 // upstreamRecorder stands in for every upstream transport of a Proxy: it
 // answers 200 and keeps each request as the proxy would send it, before any
-// credentials a real transport adds.
+// credentials a real transport adds, but for admission checks, which it
+// admits.
 type upstreamRecorder struct{ requests []*http.Request }
 
 func (u *upstreamRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
-	u.requests = append(u.requests, r)
+	if !isAdmissionCheck(r) {
+		u.requests = append(u.requests, r)
+	}
 	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
 }
 

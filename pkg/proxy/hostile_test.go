@@ -114,14 +114,14 @@ type authorizeEnv struct {
 	echo  *echoUpgrader
 	authz *fakeAuthorizer
 	res   *stubResolver
-	svc   *stubServiceResolver
+	svc   *stubResolver
 }
 
 func newAuthorizeEnv(t *testing.T, authz *fakeAuthorizer) *authorizeEnv {
 	t.Helper()
 	env := &authorizeEnv{
 		up: &recordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz,
-		res: &stubResolver{cluster: testCluster}, svc: &stubServiceResolver{cluster: testCluster},
+		res: &stubResolver{cluster: testCluster}, svc: &stubResolver{cluster: testCluster},
 	}
 	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "" {
@@ -224,8 +224,12 @@ func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
 					header = append(header, [2]string{"Upgrade", "SPDY/3.1"})
 				}
 				header = append(header, [2]string{"Connection", connection})
+				method := "POST"
+				if sub == "log" {
+					method = "GET" // kube-apiserver serves no POST pods/log
+				}
 				c := env.dial(t, nil)
-				resp := c.send(t, "POST", "/api/v1/namespaces/ci/pods/p/"+sub+"?x=1", header)
+				resp := c.send(t, method, "/api/v1/namespaces/ci/pods/p/"+sub+"?x=1", header)
 				want := http.StatusOK
 				if upgrade {
 					want = http.StatusSwitchingProtocols

@@ -48,22 +48,23 @@ type PodRequest struct {
 	Subresource string // exec, attach, log or portforward
 }
 
-// Verb is the RBAC verb kube-apiserver authorizes r as: create for the
-// streaming subresources whatever the HTTP method (WebSocket GET included,
-// as kube-apiserver 1.35+ does), get for log.
-func (r PodRequest) Verb() string {
-	if r.Subresource == "log" {
-		return "get"
-	}
-	return "create"
-}
-
-// ResourceRequest is what authorize mode asks the Authorizer about r.
-func (r PodRequest) ResourceRequest() ResourceRequest {
-	return ResourceRequest{
-		Namespace: r.Namespace, Verb: r.Verb(), Resource: podsResource.Resource,
+// ResourceRequests are what kube-apiserver authorizes a method request on r
+// as, in the order it checks them: the verb its RequestInfo derives from the
+// method (GET get, POST create), and for a GET of exec, attach or
+// portforward, the WebSocket form, also create, which kube-apiserver 1.35+
+// requires (AuthorizePodWebsocketUpgradeCreatePermission) so that a get
+// grant cannot open a shell. Every one must be allowed.
+func (r PodRequest) ResourceRequests(method string) []ResourceRequest {
+	req := ResourceRequest{
+		Namespace: r.Namespace, Verb: proxyVerbs[method], Resource: podsResource.Resource,
 		Subresource: r.Subresource, Name: r.Name,
 	}
+	out := []ResourceRequest{req}
+	if method == http.MethodGet && r.Subresource != "log" {
+		req.Verb = "create"
+		out = append(out, req)
+	}
+	return out
 }
 
 // Authorizer decides requests in authorize mode. *auth.Authorizer implements it.

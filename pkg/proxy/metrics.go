@@ -131,7 +131,7 @@ func isStreamingRequest(route string, u *url.URL) bool {
 		v, ok := q[key]
 		return ok && len(v) > 0 && queryTrue(v[0])
 	}
-	if route == metrics.RouteServiceProxy {
+	if route == metrics.RouteServiceProxy || route == metrics.RoutePodProxy {
 		// The query belongs to the proxied application, not to the API.
 		return false
 	}

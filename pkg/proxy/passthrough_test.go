@@ -131,7 +131,7 @@ func TestPassthroughIsByteForByte(t *testing.T) {
 // TestCutStreamAborts: an upstream that dies in the middle of a
 // chunked body must not look like a clean end to the client.
 func TestCutStreamAborts(t *testing.T) {
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	upstream := httptest.NewServer(admitting(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "first line\n")
 		w.(http.Flusher).Flush()
@@ -141,7 +141,7 @@ func TestCutStreamAborts(t *testing.T) {
 			return
 		}
 		conn.Close() // no terminating chunk
-	}))
+	})))
 	defer upstream.Close()
 	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: upstream.URL}})
 	gw := httptest.NewServer(p)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httputil"
@@ -146,15 +147,15 @@ func New(opts Options) (*Proxy, error) {
 		ErrorHandler:   p.handleError,
 		ErrorLog:       log.New(klogWriter{}, "", 0),
 	}
-	var serviceProxy http.HandlerFunc
+	var services http.HandlerFunc
 	if p.services != nil {
-		serviceProxy = p.serveServiceProxy
+		services = p.serveServiceProxy
 	}
 	var events http.HandlerFunc
 	if opts.MergeMemberEvents {
 		events = p.serveEvents
 	}
-	p.router = newRouter(p.serveRewrite, p.servePassthrough, serviceProxy, events)
+	p.router = newRouter(p.serveRewrite, p.servePassthrough, p.servePodProxy, services, events)
 	return p, nil
 }
 
@@ -213,18 +214,31 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	state := stateFrom(ctx)
 	pr, ok := parsePodRequest(r.URL)
 	if !ok { // guardPodRequests already refused these; never rewrite what was not parsed
-		writeStatus(w, apierrors.NewBadRequest("invalid pod subresource path"))
+		refuse(w, r, apierrors.NewBadRequest("invalid pod subresource path"))
 		return
 	}
 	state.route = pr.Subresource
 	logger := klog.FromContext(ctx).WithValues("namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
 
-	// Authorize before resolving, so placement is not disclosed to callers
+	// Authorize (or, in passthrough mode, have karmada-apiserver judge the
+	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
-		if logger, ok = p.authorizeAsGateway(w, r, pr.ResourceRequest(), logger); !ok {
+		for _, rr := range pr.ResourceRequests(r.Method) {
+			if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
+				return
+			}
+		}
+		if pr.Subresource == "log" && r.Method != http.MethodGet {
+			// kube-apiserver serves pods/log with GET only: having
+			// authorized create as it does, answer its 405 here rather
+			// than let the member refuse the gateway's identity.
+			w.Header().Set("Allow", http.MethodGet)
+			writeStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/log"}, r.Method))
 			return
 		}
+	} else if !p.admittedByKarmada(w, r, podsResource.Resource, pr.Namespace, pr.Name) {
+		return
 	}
 
 	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
@@ -279,12 +293,97 @@ func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logg
 	return true
 }
 
+// partialObjectMetadataJSON asks for an object's metadata only: the
+// admission check needs karmada-apiserver's verdict, not the object.
+const partialObjectMetadataJSON = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
+// maxCheckBodyBytes bounds what the gateway reads of an admission check's
+// answer; a Status is far smaller.
+const maxCheckBodyBytes = 1 << 20
+
+// admittedByKarmada lets karmada-apiserver speak first in passthrough mode.
+// The Resolver answers from the gateway's caches, so without this check a
+// caller karmada-apiserver would refuse learns from a 404, 409 or 503 (or a
+// 403 from the cluster proxy naming the cluster) whether the object exists
+// and where it runs. Before a rewritten route resolves anything, the gateway
+// GETs the object itself with the caller's own credentials and identity
+// headers, from karmada-apiserver's watch cache (resourceVersion=0, so no
+// etcd read per exec). A 200 lets the request go on; any other answer is
+// karmada-apiserver's own for this caller and is relayed as it came.
+// Nothing is cached: the cache would have to be keyed on credentials.
+func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resource, namespace, name string) bool {
+	edit, err := admissionCheckHeader(r.Header)
+	if err != nil {
+		klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", err)
+		refuseUpgrade(w, r)
+		writeStatus(w, apierrors.NewUnauthorized("Unauthorized")) // kube-apiserver's answer to it
+		return false
+	}
+	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
+	res, err := p.get(r.Context(), r, upstreamIdentity{editHeader: edit}, path)
+	if err != nil {
+		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s %s/%s: %w", resource, namespace, name, err))
+		return false
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxCheckBodyBytes))
+	if err != nil {
+		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s %s/%s: %w", resource, namespace, name, err))
+		return false
+	}
+	if res.StatusCode == http.StatusOK {
+		return true
+	}
+	klog.FromContext(r.Context()).V(2).Info("karmada-apiserver refused the caller", "resource", resource, "namespace", namespace, "name", name, "code", res.StatusCode)
+	refuseUpgrade(w, r)
+	relayResponse(w, res, body)
+	return false
+}
+
+// admissionCheckHeader edits the caller's headers for the admission check,
+// a plain GET. karmada-apiserver reads a WebSocket bearer subprotocol only on
+// an upgrade, so a token that comes only there goes as the Authorization it
+// stands for, read as kube-apiserver reads it (a malformed one is the error
+// kube-apiserver answers 401 to); no WebSocket header goes at all.
+func admissionCheckHeader(orig http.Header) (func(http.Header), error) {
+	var authorization string
+	if _, ok := bearerTokenOf(orig); !ok {
+		token, ok, err := WebSocketBearerToken(orig)
+		if err != nil {
+			return nil, fmt.Errorf("admission check: %w", err)
+		}
+		if ok {
+			authorization = "Bearer " + token
+		}
+	}
+	return func(h http.Header) {
+		for k := range h {
+			if hasPrefixFold(k, "Sec-Websocket-") {
+				delete(h, k)
+			}
+		}
+		if authorization != "" {
+			h.Set("Authorization", authorization)
+		}
+		h.Set("Accept", partialObjectMetadataJSON)
+	}, nil
+}
+
+// refuseUpgrade closes the client connection after the gateway refused an
+// upgrade, as after any refused upgrade, so that nothing the client sends
+// next is taken for tunnelled bytes.
+func refuseUpgrade(w http.ResponseWriter, r *http.Request) {
+	if upgradeType(r.Header) != "" {
+		w.Header().Set("Connection", "close")
+	}
+}
+
 func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if targetsPodSubresource(r.URL) {
 		// Unreachable behind guardPodRequests; passthrough must never carry a
 		// pod stream request karmada-apiserver would refuse as host-less.
-		writeStatus(w, apierrors.NewBadRequest("invalid pod subresource path"))
+		refuse(w, r, apierrors.NewBadRequest("invalid pod subresource path"))
 		return
 	}
 	id, err := p.passthroughIdentity(ctx, r)

@@ -29,6 +29,7 @@ type echoUpgrader struct {
 
 	mu      sync.Mutex
 	headers []http.Header
+	uris    []string
 	opened  chan struct{}
 	ended   chan struct{} // an upgraded connection ended on the upstream side
 	release chan struct{} // closing it ends every open stream from the upstream side
@@ -39,8 +40,13 @@ func newEchoUpgrader(t testing.TB, upgradeTo string) *echoUpgrader {
 }
 
 func (e *echoUpgrader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	admitting(http.HandlerFunc(e.upgrade)).ServeHTTP(w, r)
+}
+
+func (e *echoUpgrader) upgrade(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.headers = append(e.headers, r.Header.Clone())
+	e.uris = append(e.uris, r.RequestURI)
 	e.mu.Unlock()
 	if r.ProtoMajor != 1 {
 		e.t.Errorf("upgrade over HTTP/%d", r.ProtoMajor)
@@ -84,6 +90,12 @@ func (e *echoUpgrader) requestHeaders() []http.Header {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.headers)
+}
+
+func (e *echoUpgrader) requestURIs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.uris)
 }
 
 // rawClient is one client connection to the gateway that speaks HTTP/1.1 by hand.
@@ -136,7 +148,7 @@ func (c *rawClient) echo(t testing.TB, msg string) {
 
 func newUpgradeEnv(t *testing.T, up http.Handler, hellos *helloRecorder) (*Proxy, *httptest.Server) {
 	t.Helper()
-	upstream := httptest.NewUnstartedServer(up)
+	upstream := httptest.NewUnstartedServer(admitting(up))
 	if hellos != nil {
 		upstream.TLS = hellos.config()
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
 // podSubresources are the pod subresources rewritten to the cluster proxy.
@@ -23,16 +25,17 @@ func isPodSubresource(s string) bool {
 	return false
 }
 
-// newRouter routes the four pod subresources to rewrite, services/proxy to
-// serviceProxy when it is not nil, pod-scoped events lists to events when it
-// is not nil, and everything else to passthrough.
+// newRouter routes the four pod subresources to rewrite, pods/proxy to
+// podProxy, services/proxy to services when it is not nil, pod-scoped events
+// lists to events when it is not nil, and everything else to passthrough.
 // guardPodRequests runs first, so a request reaching chi that addresses a pod
 // stream is already known to be canonical.
-func newRouter(rewrite, passthrough, serviceProxy, events http.HandlerFunc) http.Handler {
+func newRouter(rewrite, passthrough, pods, services, events http.HandlerFunc) http.Handler {
 	mux := chi.NewRouter()
 	mux.Use(guardPodRequests)
-	if serviceProxy != nil {
-		mux.Use(routeServiceProxy(serviceProxy))
+	mux.Use(routeProxySubresource(podProxy, pods))
+	if services != nil {
+		mux.Use(routeProxySubresource(serviceProxy, services))
 	}
 	if events != nil {
 		mux.Use(routeEvents(events))
@@ -49,7 +52,18 @@ func newRouter(rewrite, passthrough, serviceProxy, events http.HandlerFunc) http
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "GET, POST")
-	writeStatus(w, apierrors.NewMethodNotSupported(podsResource, r.Method))
+	refuse(w, r, apierrors.NewMethodNotSupported(podsResource, r.Method))
+}
+
+// refuse answers a request the path guards will not send anywhere. It is
+// counted under its own route: as passthrough it would hide among
+// karmada-apiserver's own 400s, and as the route it tried it would look
+// like a failed stream.
+func refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if state := stateFrom(r.Context()); state != nil {
+		state.route = metrics.RouteRefused
+	}
+	writeStatus(w, err)
 }
 
 // guardPodRequests answers 400 for every request that targets a pod stream
@@ -58,11 +72,11 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 func guardPodRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
-			writeStatus(w, apierrors.NewMethodNotSupported(podsResource, r.Method))
+			refuse(w, r, apierrors.NewMethodNotSupported(podsResource, r.Method))
 			return
 		}
 		if r.URL.Opaque != "" {
-			writeStatus(w, apierrors.NewBadRequest("the request target must be an absolute path"))
+			refuse(w, r, apierrors.NewBadRequest("the request target must be an absolute path"))
 			return
 		}
 		if !targetsPodSubresource(r.URL) {
@@ -70,7 +84,7 @@ func guardPodRequests(next http.Handler) http.Handler {
 			return
 		}
 		if _, ok := parsePodRequest(r.URL); !ok {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf(
+			refuse(w, r, apierrors.NewBadRequest(fmt.Sprintf(
 				"invalid pod subresource path %q: want /api/v1/namespaces/<namespace>/pods/<name>/<exec|attach|log|portforward> with a DNS-1123 label namespace, a DNS-1123 subdomain name and no percent-encoding",
 				r.URL.EscapedPath())))
 			return
@@ -81,26 +95,6 @@ func guardPodRequests(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// routeServiceProxy sends every request that plausibly addresses
-// services/<x>/proxy to serviceProxy (any method: the proxied application
-// decides), or answers 400 when it is not in canonical form. It bypasses chi:
-// the proxied path's rest is arbitrary and must reach the handler unparsed.
-func routeServiceProxy(serviceProxy http.HandlerFunc) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !targetsServiceProxy(r.URL) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if _, ok := parseServiceProxyRequest(r.URL); !ok {
-				writeStatus(w, invalidServiceProxyPath(r.URL))
-				return
-			}
-			serviceProxy(w, r)
-		})
-	}
 }
 
 // parsePodRequest is the strict parse of a rewritten route. The escaped path
@@ -131,8 +125,8 @@ func parsePodRequest(u *url.URL) (PodRequest, bool) {
 }
 
 // targetsPodSubresource reports whether some plausible reading of u's path
-// addresses /api/v1/namespaces/*/pods/*/<sub> for one of the rewritten
-// subresources: fully decoded or decoded per segment, with or without dot
+// addresses /api/v1/namespaces/*/pods/*/<sub>[/...] for one of the
+// rewritten subresources: fully decoded or decoded per segment, with or without dot
 // segments resolved, with empty segments kept or dropped. It is deliberately
 // loose; a request it matches must pass parsePodRequest or is refused.
 func targetsPodSubresource(u *url.URL) bool {
@@ -195,7 +189,10 @@ func normalizeSegments(segs []string, resolveDots, dropEmpty bool) []string {
 	return out
 }
 
+// podSubresourceShape matches any number of segments after the
+// subresource too: kube-apiserver would 404 them, but a proxy in between
+// may resolve or drop them, so they are refused rather than passed on.
 func podSubresourceShape(segs []string) bool {
-	return len(segs) == 7 && segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" &&
+	return len(segs) >= 7 && segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" &&
 		segs[4] == "pods" && isPodSubresource(segs[6])
 }

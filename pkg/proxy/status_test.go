@@ -54,7 +54,13 @@ func TestErrorsAreStatus(t *testing.T) {
 		{"karmada-apiserver down", "http://" + downAddr,
 			&stubResolver{cluster: testCluster},
 			"/api/v1/namespaces/ci/pods", 503, metav1.StatusReasonServiceUnavailable, "error trying to reach karmada-apiserver"},
-		{"cluster proxy down", "http://" + downAddr,
+		// Passthrough mode: the admission check cannot reach
+		// karmada-apiserver, and the member is not named to a caller it has
+		// not judged.
+		{"karmada-apiserver down on a rewritten route", "http://" + downAddr,
+			&stubResolver{cluster: testCluster},
+			"/api/v1/namespaces/ci/pods/x/exec", 503, metav1.StatusReasonServiceUnavailable, "error trying to reach karmada-apiserver"},
+		{"cluster proxy down (authorize mode)", "http://" + downAddr,
 			&stubResolver{cluster: testCluster},
 			"/api/v1/namespaces/ci/pods/x/exec", 503, metav1.StatusReasonServiceUnavailable, `error trying to reach the cluster proxy for cluster "member1"`},
 		{"bad path", upstream.URL, &stubResolver{cluster: testCluster},
@@ -64,7 +70,11 @@ func TestErrorsAreStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: tt.upstream}, Resolver: tt.resolver})
+			opts := Options{Upstream: &rest.Config{Host: tt.upstream}, Resolver: tt.resolver}
+			if strings.HasSuffix(tt.name, "(authorize mode)") {
+				opts.AuthMode, opts.Authorizer = AuthAuthorize, &fakeAuthorizer{caller: Caller{Name: "alice"}}
+			}
+			p := newTestProxy(t, opts)
 			gw := httptest.NewServer(p)
 			defer gw.Close()
 			method := "POST"

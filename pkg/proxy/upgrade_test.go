@@ -40,7 +40,7 @@ func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	if configure != nil {
 		configure(es)
 	}
-	upstream := httptest.NewUnstartedServer(es)
+	upstream := httptest.NewUnstartedServer(admitting(es))
 	upstream.TLS = hellos.config()
 	upstream.EnableHTTP2 = true
 	upstream.StartTLS()

@@ -149,6 +149,11 @@ rules:
   - apiGroups: [""]
     resources: [pods/log]
     verbs: [get]
+  # pods/proxy, authorized in the gateway by the verb kube-apiserver derives
+  # from the method (HEAD is get).
+  - apiGroups: [""]
+    resources: [pods/proxy]
+    verbs: [get, create, update, patch, delete]
   # The authorize-mode merge of member events into pod-scoped events lists and
   # watches (--merge-member-events) reads them as the gateway, once it has
   # authorized the caller's list or watch in karmada-apiserver.

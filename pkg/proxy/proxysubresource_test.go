@@ -1,41 +1,19 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"sync"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
-
-type stubServiceResolver struct {
-	cluster string
-	err     error
-
-	mu    sync.Mutex
-	calls []string
-}
-
-func (s *stubServiceResolver) ResolveService(_ context.Context, namespace, name string) (string, error) {
-	s.mu.Lock()
-	s.calls = append(s.calls, namespace+"/"+name)
-	s.mu.Unlock()
-	return s.cluster, s.err
-}
-
-func (s *stubServiceResolver) called() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.calls...)
-}
 
 func TestServiceProxyRouting(t *testing.T) {
 	svc := func(seg, rest string) string {
@@ -86,14 +64,13 @@ func TestServiceProxyRouting(t *testing.T) {
 		{"services list passes through", "GET", "/api/v1/namespaces/ci/services", 200, "/api/v1/namespaces/ci/services", ""},
 		{"service get passes through", "GET", "/api/v1/namespaces/ci/services/web", 200, "/api/v1/namespaces/ci/services/web", ""},
 		{"service status passes through", "GET", "/api/v1/namespaces/ci/services/web/status", 200, "/api/v1/namespaces/ci/services/web/status", ""},
-		{"pod proxy passes through", "GET", "/api/v1/namespaces/ci/pods/x/proxy/", 200, "/api/v1/namespaces/ci/pods/x/proxy/", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up := &recordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			sres := &stubServiceResolver{cluster: testCluster}
+			sres := &stubResolver{cluster: testCluster}
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: sres})
 
 			rec := httptest.NewRecorder()
@@ -140,7 +117,7 @@ func TestServiceProxyResolverErrorIsTheStatus(t *testing.T) {
 		{apierrors.NewConflict(servicesResource, "web", nil), 409},
 		{apierrors.NewServiceUnavailable("cluster member1 is not ready"), 503},
 	} {
-		p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubServiceResolver{err: tc.err}})
+		p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubResolver{err: tc.err}})
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
 		st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
@@ -157,7 +134,7 @@ func TestServiceProxyInvalidClusterNameIsRefused(t *testing.T) {
 	up := &recordingUpstream{}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubServiceResolver{cluster: "a/b"}})
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubResolver{cluster: "a/b"}})
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
 	if rec.Code != http.StatusInternalServerError || len(up.requests()) != 0 {
@@ -165,12 +142,23 @@ func TestServiceProxyInvalidClusterNameIsRefused(t *testing.T) {
 	}
 }
 
-// TestServiceProxyAuthorizeMode: services/proxy is authorized as
-// kube-apiserver would (verb from the method, the whole {name} segment as the
-// name), then sent with the gateway's identity and no client identity header.
-func TestServiceProxyAuthorizeMode(t *testing.T) {
-	const target = "/api/v1/namespaces/ci/services/https:web:443/proxy/a%2Fb?x=1"
-	wantURI := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/services/https:web:443/proxy") + "/a%2Fb?x=1"
+// proxyRoutes are the two {name}/proxy routes the authorize-mode and
+// upgrade tests run on: the same target shape, and how the test learns what
+// its resolver was asked.
+var proxyRoutes = []struct {
+	resource string
+	// calls returns the resolver calls of the route's resource.
+	calls func(env *authorizeEnv) []string
+}{
+	{"services", func(env *authorizeEnv) []string { return env.svc.called() }},
+	{"pods", func(env *authorizeEnv) []string { return env.res.called() }},
+}
+
+// TestProxySubresourceAuthorizeMode: pods/proxy and services/proxy are
+// authorized as kube-apiserver would (verb from the method, the whole {name}
+// segment as the name), then sent with the gateway's identity and no client
+// identity header.
+func TestProxySubresourceAuthorizeMode(t *testing.T) {
 	tests := []struct {
 		method, verb string
 		upgrade      bool
@@ -185,114 +173,135 @@ func TestServiceProxyAuthorizeMode(t *testing.T) {
 		// create check on upgrades is for pod streams only.
 		{method: "GET", verb: "get", upgrade: true},
 	}
-	for _, tt := range tests {
-		name := tt.method
-		if tt.upgrade {
-			name += " upgraded"
-		}
-		t.Run(name, func(t *testing.T) {
-			env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
-			header := append([][2]string(nil), forgedIdentity...)
-			want := http.StatusOK
+	for _, route := range proxyRoutes {
+		target := "/api/v1/namespaces/ci/" + route.resource + "/https:web:443/proxy/a%2Fb?x=1"
+		wantURI := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/"+route.resource+"/https:web:443/proxy") + "/a%2Fb?x=1"
+		for _, tt := range tests {
+			name := route.resource + " " + tt.method
 			if tt.upgrade {
-				header = append(header, [2]string{"Connection", "Upgrade"}, [2]string{"Upgrade", "SPDY/3.1"})
-				want = http.StatusSwitchingProtocols
+				name += " upgraded"
 			}
-			c := env.dial(t, nil)
-			resp := c.send(t, tt.method, target, header)
-			if resp.StatusCode != want {
+			t.Run(name, func(t *testing.T) {
+				env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
+				header := append([][2]string(nil), forgedIdentity...)
+				want := http.StatusOK
+				if tt.upgrade {
+					header = append(header, [2]string{"Connection", "Upgrade"}, [2]string{"Upgrade", "SPDY/3.1"})
+					want = http.StatusSwitchingProtocols
+				}
+				c := env.dial(t, nil)
+				resp := c.send(t, tt.method, target, header)
+				if resp.StatusCode != want {
+					body, _ := io.ReadAll(resp.Body)
+					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
+				}
+				wantRR := []ResourceRequest{{Namespace: "ci", Verb: tt.verb, Resource: route.resource, Subresource: "proxy", Name: "https:web:443"}}
+				if !reflect.DeepEqual(env.authz.authorized, wantRR) {
+					t.Errorf("authorized %+v, want %+v", env.authz.authorized, wantRR)
+				}
+				if calls := route.calls(env); !reflect.DeepEqual(calls, []string{"ci/web"}) {
+					t.Errorf("resolver calls %q, want ci/web", calls)
+				}
+				got := env.sent(t, c, resp, tt.upgrade)
+				if !tt.upgrade && (got.Method != tt.method || got.RequestURI != wantURI) {
+					t.Errorf("upstream %s %s, want %s %s", got.Method, got.RequestURI, tt.method, wantURI)
+				}
+				assertGatewayIdentityOnly(t, got.Header)
+			})
+		}
+	}
+}
+
+// TestProxySubresourceAuthorizeModeRefusals: a refused pods/proxy or
+// services/proxy request gets the Authorizer's Status (or 405 for a method
+// with no RBAC verb), is never resolved, so placement is not disclosed, and
+// never sent upstream.
+func TestProxySubresourceAuthorizeModeRefusals(t *testing.T) {
+	for _, route := range proxyRoutes {
+		forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: route.resource}, "https:web:443",
+			errors.New(`User "bob" cannot get resource "`+route.resource+`/proxy" in API group "" in the namespace "ci"`))
+		notAllowed := func(method string) string {
+			return `method "` + method + `" is not supported on ` + route.resource + `/proxy in authorize mode (allowed: GET, HEAD, POST, PUT, PATCH, DELETE)`
+		}
+		tests := []struct {
+			name, method   string
+			authz          *fakeAuthorizer
+			wantCode       int
+			wantMsg        string
+			wantAuthorized int
+		}{
+			{name: "denied", method: "GET", authz: &fakeAuthorizer{deny: forbidden},
+				wantCode: http.StatusForbidden, wantMsg: forbidden.Error(), wantAuthorized: 1},
+			{name: "unauthenticated", method: "POST", authz: &fakeAuthorizer{deny: apierrors.NewUnauthorized("Unauthorized")},
+				wantCode: http.StatusUnauthorized, wantMsg: "Unauthorized", wantAuthorized: 1},
+			{name: "OPTIONS has no RBAC verb", method: "OPTIONS", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+				wantCode: http.StatusMethodNotAllowed, wantMsg: notAllowed("OPTIONS")},
+			{name: "unknown method", method: "PROPFIND", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+				wantCode: http.StatusMethodNotAllowed, wantMsg: notAllowed("PROPFIND")},
+		}
+		for _, tt := range tests {
+			t.Run(route.resource+" "+tt.name, func(t *testing.T) {
+				env := newAuthorizeEnv(t, tt.authz)
+				c := env.dial(t, nil)
+				resp := c.send(t, tt.method, "/api/v1/namespaces/ci/"+route.resource+"/https:web:443/proxy/", [][2]string{{"Authorization", "Bearer caller-token"}})
 				body, _ := io.ReadAll(resp.Body)
-				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
-			}
-			wantRR := []ResourceRequest{{Namespace: "ci", Verb: tt.verb, Resource: "services", Subresource: "proxy", Name: "https:web:443"}}
-			if !reflect.DeepEqual(env.authz.authorized, wantRR) {
-				t.Errorf("authorized %+v, want %+v", env.authz.authorized, wantRR)
-			}
-			if calls := env.svc.called(); !reflect.DeepEqual(calls, []string{"ci/web"}) {
-				t.Errorf("service resolver calls %q, want ci/web", calls)
-			}
-			got := env.sent(t, c, resp, tt.upgrade)
-			if !tt.upgrade && (got.Method != tt.method || got.RequestURI != wantURI) {
-				t.Errorf("upstream %s %s, want %s %s", got.Method, got.RequestURI, tt.method, wantURI)
-			}
-			assertGatewayIdentityOnly(t, got.Header)
-		})
+				if resp.StatusCode != tt.wantCode {
+					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.wantCode)
+				}
+				if st := decodeStatus(t, resp.Header.Get("Content-Type"), body); int(st.Code) != tt.wantCode || st.Message != tt.wantMsg {
+					t.Errorf("Status %d %q, want %d %q", st.Code, st.Message, tt.wantCode, tt.wantMsg)
+				}
+				if tt.wantCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != proxyAllow {
+					t.Errorf("Allow %q, want %q", resp.Header.Get("Allow"), proxyAllow)
+				}
+				if n := len(env.authz.authorized); n != tt.wantAuthorized {
+					t.Errorf("Authorizer asked %d times, want %d", n, tt.wantAuthorized)
+				}
+				if calls := route.calls(env); len(calls) != 0 {
+					t.Errorf("refused request was resolved: %q", calls)
+				}
+				if n := len(env.up.requests()); n != 0 {
+					t.Errorf("refused request reached the upstream %d times", n)
+				}
+			})
+		}
 	}
 }
 
-// TestServiceProxyAuthorizeModeRefusals: a refused services/proxy request
-// gets the Authorizer's Status (or 405 for a method with no RBAC verb), is
-// never resolved, so placement is not disclosed, and never sent upstream.
-func TestServiceProxyAuthorizeModeRefusals(t *testing.T) {
-	forbidden := apierrors.NewForbidden(servicesResource, "https:web:443",
-		errors.New(`User "bob" cannot get resource "services/proxy" in API group "" in the namespace "ci"`))
-	tests := []struct {
-		name, method   string
-		authz          *fakeAuthorizer
-		wantCode       int
-		wantMsg        string
-		wantAuthorized int
-	}{
-		{name: "denied", method: "GET", authz: &fakeAuthorizer{deny: forbidden},
-			wantCode: http.StatusForbidden, wantMsg: forbidden.Error(), wantAuthorized: 1},
-		{name: "unauthenticated", method: "POST", authz: &fakeAuthorizer{deny: apierrors.NewUnauthorized("Unauthorized")},
-			wantCode: http.StatusUnauthorized, wantMsg: "Unauthorized", wantAuthorized: 1},
-		{name: "OPTIONS has no RBAC verb", method: "OPTIONS", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
-			wantCode: http.StatusMethodNotAllowed, wantMsg: `method "OPTIONS" is not supported on services/proxy in authorize mode (allowed: GET, HEAD, POST, PUT, PATCH, DELETE)`},
-		{name: "unknown method", method: "PROPFIND", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
-			wantCode: http.StatusMethodNotAllowed, wantMsg: `method "PROPFIND" is not supported on services/proxy in authorize mode (allowed: GET, HEAD, POST, PUT, PATCH, DELETE)`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env := newAuthorizeEnv(t, tt.authz)
-			c := env.dial(t, nil)
-			resp := c.send(t, tt.method, "/api/v1/namespaces/ci/services/https:web:443/proxy/", [][2]string{{"Authorization", "Bearer caller-token"}})
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tt.wantCode {
-				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.wantCode)
+// TestProxySubresourceWebSocketUpgrade: the WebSocket form of pods/proxy
+// and services/proxy reaches the member's proxy as an upgrade, rest and
+// query unchanged, and bytes flow both ways.
+func TestProxySubresourceWebSocketUpgrade(t *testing.T) {
+	for _, resource := range []string{"services", "pods"} {
+		t.Run(resource, func(t *testing.T) {
+			hellos := &helloRecorder{}
+			echo := newEchoUpgrader(t, "websocket")
+			echo.hellos = hellos
+			upstream := httptest.NewUnstartedServer(echo)
+			upstream.TLS = hellos.config()
+			upstream.EnableHTTP2 = true
+			upstream.StartTLS()
+			t.Cleanup(upstream.Close)
+			p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), ServiceResolver: &stubResolver{cluster: testCluster}})
+			gw := httptest.NewUnstartedServer(p)
+			gw.StartTLS()
+			t.Cleanup(gw.Close)
+
+			c := dialGateway(t, gw)
+			resp := c.send(t, "GET", "/api/v1/namespaces/ci/"+resource+"/http:web:8080/proxy/session/ws?x=1", websocketRequest)
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("status %d", resp.StatusCode)
 			}
-			if st := decodeStatus(t, resp.Header.Get("Content-Type"), body); int(st.Code) != tt.wantCode || st.Message != tt.wantMsg {
-				t.Errorf("Status %d %q, want %d %q", st.Code, st.Message, tt.wantCode, tt.wantMsg)
+			<-echo.opened
+			c.echo(t, "hello through the "+resource+" proxy")
+			hs := echo.requestHeaders()
+			if len(hs) != 1 || hs[0].Get("Upgrade") != "websocket" || hs[0].Get("Sec-WebSocket-Key") == "" {
+				t.Fatalf("upstream headers %v", hs)
 			}
-			if tt.wantCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != serviceProxyAllow {
-				t.Errorf("Allow %q, want %q", resp.Header.Get("Allow"), serviceProxyAllow)
-			}
-			if n := len(env.authz.authorized); n != tt.wantAuthorized {
-				t.Errorf("Authorizer asked %d times, want %d", n, tt.wantAuthorized)
-			}
-			if calls := env.svc.called(); len(calls) != 0 {
-				t.Errorf("refused request was resolved: %q", calls)
-			}
-			if n := len(env.up.requests()); n != 0 {
-				t.Errorf("refused request reached the upstream %d times", n)
+			wantURI := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/"+resource+"/http:web:8080/proxy") + "/session/ws?x=1"
+			if uris := echo.requestURIs(); len(uris) != 1 || uris[0] != wantURI {
+				t.Errorf("upstream request URIs %q, want %q", uris, wantURI)
 			}
 		})
-	}
-}
-
-func TestServiceProxyWebSocketUpgrade(t *testing.T) {
-	hellos := &helloRecorder{}
-	echo := newEchoUpgrader(t, "websocket")
-	echo.hellos = hellos
-	upstream := httptest.NewUnstartedServer(echo)
-	upstream.TLS = hellos.config()
-	upstream.EnableHTTP2 = true
-	upstream.StartTLS()
-	t.Cleanup(upstream.Close)
-	p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), ServiceResolver: &stubServiceResolver{cluster: testCluster}})
-	gw := httptest.NewUnstartedServer(p)
-	gw.StartTLS()
-	t.Cleanup(gw.Close)
-
-	c := dialGateway(t, gw)
-	resp := c.send(t, "GET", "/api/v1/namespaces/ci/services/http:web:8080/proxy/session/ws?x=1", websocketRequest)
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	<-echo.opened
-	c.echo(t, "hello through the service proxy")
-	hs := echo.requestHeaders()
-	if len(hs) != 1 || hs[0].Get("Upgrade") != "websocket" || hs[0].Get("Sec-WebSocket-Key") == "" {
-		t.Fatalf("upstream headers %v", hs)
 	}
 }
