@@ -109,6 +109,7 @@ func testAuthModes(t *testing.T) {
 	expectForbidden(t, "passthrough", env.UserNoExec, pod)
 	expectForbidden(t, "passthrough", env.UserExecKarmadaOnly, pod)
 	expectImpersonationRefused(t, env.UserExecGroupUnbound, env.GroupUnbound, pod)
+	expectSubprotocolTokenExec(t, "passthrough", env.UserExecOnly, pod)
 
 	if err := testEnv.RestartGateway(t.Context(), "--auth-mode=authorize"); err != nil {
 		t.Fatal(err)
@@ -122,6 +123,7 @@ func testAuthModes(t *testing.T) {
 	})
 	expectExec(t, "authorize", env.UserExecKarmadaOnly, pod)
 	expectExec(t, "authorize", env.UserExecGroupUnbound, pod)
+	expectSubprotocolTokenExec(t, "authorize", env.UserExecKarmadaOnly, pod)
 	expectExec(t, "authorize", env.UserExecOnly, pod)
 	expectForbidden(t, "authorize", env.UserNoExec, pod)
 }

@@ -138,7 +138,10 @@ func dialRawWS(t *testing.T, cfg *rest.Config, path, rawQuery string, protocols 
 		HandshakeTimeout: 30 * time.Second,
 	}
 	u := "wss://" + strings.TrimPrefix(cfg.Host, "https://") + path + "?" + rawQuery
-	header := http.Header{"Authorization": {"Bearer " + cfg.BearerToken}}
+	header := http.Header{}
+	if cfg.BearerToken != "" {
+		header.Set("Authorization", "Bearer "+cfg.BearerToken)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	return dialer.DialContext(ctx, u, header)

@@ -34,19 +34,34 @@ func TestPlacement(t *testing.T) {
 	}
 }
 
-// TestMove moves a pod from member1 to member2 by editing its
-// ResourceBinding's spec.clusters, as Karmada's rescheduling and failover
-// do: the labeler relabels the template and exec follows the pod.
+// TestMove moves a pod from the member Karmada scheduled it to to the other
+// by editing its ResourceBinding's spec.clusters, as Karmada's rescheduling
+// and failover do: the labeler relabels the template and exec follows the pod.
 func TestMove(t *testing.T) {
 	t.Parallel()
 	dumpLogsOnFailure(t)
 	const name = "move"
 	ctx := t.Context()
-	placePod(t, sleepPod(name), []string{"member1", "member2"}, "member1")
-	if err := waitLabel(ctx, name, "member1", 30*time.Second); err != nil {
+	// Karmada's scheduler picks either member; the move goes to the other.
+	createPlacedPod(t, sleepPod(name), []string{"member1", "member2"})
+	if _, err := testEnv.WaitPodRunning(ctx, env.Namespace, name, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	assertExecReaches(t, name, "member1")
+	clusters, err := testEnv.PodClusters(ctx, env.Namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(clusters) != 1 {
+		t.Fatalf("pod %s bound to %v, want one member", name, clusters)
+	}
+	from, to := clusters[0], "member2"
+	if from == to {
+		to = "member1"
+	}
+	if err := waitLabel(ctx, name, from, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertExecReaches(t, name, from)
 
 	rb, err := podBinding(ctx, name)
 	if err != nil {
@@ -56,21 +71,21 @@ func TestMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"clusters": []any{map[string]any{"name": "member2", "replicas": 1}}}})
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"clusters": []any{map[string]any{"name": to, "replicas": 1}}}})
 	if _, err := dyn.Resource(karmada.ResourceBindingGVR).Namespace(env.Namespace).Patch(ctx, rb.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("move binding %s to member2: %v", rb.GetName(), err)
+		t.Fatalf("move binding %s to %s: %v", rb.GetName(), to, err)
 	}
 
-	if err := waitLabel(ctx, name, "member2", 30*time.Second); err != nil {
+	if err := waitLabel(ctx, name, to, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitMemberPod(ctx, "member2", name, func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning }); err != nil {
+	if err := waitMemberPod(ctx, to, name, func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning }); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitMemberPod(ctx, "member1", name, func(p *corev1.Pod) bool { return p == nil }); err != nil {
+	if err := waitMemberPod(ctx, from, name, func(p *corev1.Pod) bool { return p == nil }); err != nil {
 		t.Fatal(err)
 	}
-	assertExecReaches(t, name, "member2")
+	assertExecReaches(t, name, to)
 }
 
 // waitMemberPod waits until cond holds for the member's pod (nil when absent).

@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+)
+
+// TestPassthroughRefusalsDiscloseNothing: in passthrough mode a caller
+// karmada-apiserver refuses (no credentials, a token it does not know)
+// learns from an exec through the gateway exactly what karmada-apiserver
+// tells it for a GET of the pod, whether the pod runs in a member or does
+// not exist: never which member, nor whether it is placed.
+func TestPassthroughRefusalsDiscloseNothing(t *testing.T) {
+	t.Parallel()
+	dumpLogsOnFailure(t)
+	const placed = "disclose-placed"
+	placePod(t, sleepPod(placed), []string{"member2"}, "member2")
+
+	for _, caller := range []struct{ name, token string }{
+		{"anonymous", ""},
+		{"unknown token", "not-a-token-karmada-apiserver-knows"},
+	} {
+		for _, pod := range []string{placed, "disclose-missing"} {
+			t.Run(caller.name+"/"+pod, func(t *testing.T) {
+				podPath := "/api/v1/namespaces/" + env.Namespace + "/pods/" + pod
+				direct := rawStatus(t, http.MethodGet, testEnv.KarmadaURL()+podPath, caller.token)
+				through := rawStatus(t, http.MethodPost, testEnv.GatewayURL()+podPath+"/exec?command=true&stdout=true", caller.token)
+				if direct.Code < 400 || direct.Code >= 500 {
+					t.Fatalf("karmada-apiserver answered a GET of the pod with %+v, want a refusal", direct)
+				}
+				if through.Code != direct.Code || through.Reason != direct.Reason || through.Message != direct.Message {
+					t.Errorf("exec through the gateway answered %+v, want karmada-apiserver's own refusal %+v", through, direct)
+				}
+				for _, m := range testEnv.Members() {
+					if strings.Contains(through.Message, m) {
+						t.Errorf("refusal %q names member %s", through.Message, m)
+					}
+				}
+			})
+		}
+	}
+}
+
+// rawStatus sends method to url with token (none when empty) and decodes
+// the answer, which must be a Status.
+func rawStatus(t *testing.T, method, url, token string) metav1.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: testEnv.CAPEM()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var st metav1.Status
+	if err := json.Unmarshal(body, &st); err != nil || st.Kind != "Status" {
+		t.Fatalf("%s %s answered %d %q, want a Status", method, url, resp.StatusCode, body)
+	}
+	if int(st.Code) != resp.StatusCode {
+		t.Errorf("%s %s: HTTP %d but Status code %d", method, url, resp.StatusCode, st.Code)
+	}
+	return st
+}
+
+// expectSubprotocolTokenExec execs through the gateway over a WebSocket
+// whose only credential is the bearer token in the
+// base64url.bearer.authorization.k8s.io subprotocol, as browser terminals
+// (GitLab's web terminal) send it, with the v1 channel.k8s.io protocol.
+func expectSubprotocolTokenExec(t *testing.T, mode, user, pod string) {
+	t.Helper()
+	cfg, err := testEnv.GatewayConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenProtocol := "base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte(cfg.BearerToken))
+	cfg = rest.CopyConfig(cfg)
+	cfg.BearerToken = ""
+	q := "command=sh&command=-c&command=echo+subprotocol-token-42&stdout=true&stderr=true"
+	s, refused, err := dialWS(t, cfg, "/api/v1/namespaces/"+env.Namespace+"/pods/"+pod+"/exec", q, []string{tokenProtocol, "channel.k8s.io"})
+	if err != nil {
+		t.Errorf("%s mode: WebSocket exec as %s with the token in a subprotocol: %v (%s)", mode, user, err, refused)
+		return
+	}
+	if s.protocol != "channel.k8s.io" {
+		t.Errorf("%s mode: negotiated subprotocol %q, want channel.k8s.io", mode, s.protocol)
+	}
+	if err := s.waitClosed(30 * time.Second); err != nil {
+		t.Errorf("%s mode: %v", mode, err)
+		return
+	}
+	if got, want := s.text(chStdout), "subprotocol-token-42\n"; got != want {
+		t.Errorf("%s mode: exec printed %q (error channel %q), want %q", mode, got, s.text(chError), want)
+	}
+}
+
+// TestPodProxy: pods/{name:port}/proxy and pods/{scheme:name:port}/proxy,
+// which karmada-apiserver cannot serve for a pod template, go to the pod's
+// member through Karmada's cluster proxy: the gateway counts them as its
+// podproxy route and answers what the same request gets through the cluster
+// proxy by hand. (That answer is the member's refusal: every pod here has IP
+// 127.0.0.1, which kube-apiserver will not proxy to, so no pod is reached;
+// that path and query reach the member unchanged is pkg/proxy's
+// TestRouting.)
+func TestPodProxy(t *testing.T) {
+	t.Parallel()
+	dumpLogsOnFailure(t)
+	const name, member = "podproxy", "member2"
+	placePod(t, sleepPod(name), []string{member}, member)
+	token := testEnv.Token(env.UserAdmin)
+	for _, seg := range []string{name + ":8080", "http:" + name + ":8080"} {
+		path := "/api/v1/namespaces/" + env.Namespace + "/pods/" + seg + "/proxy/session/a%2Fb?q=a+b"
+		byHand := rawStatus(t, http.MethodGet, testEnv.KarmadaURL()+"/apis/cluster.karmada.io/v1alpha1/clusters/"+member+"/proxy"+path, token)
+		routed := countRoute(t, "podproxy", strconv.Itoa(int(byHand.Code)))
+		through := rawStatus(t, http.MethodGet, testEnv.GatewayURL()+path, token)
+		if through.Code != byHand.Code || through.Message != byHand.Message {
+			t.Errorf("GET %s through the gateway answered %+v, want the member's own answer %+v", path, through, byHand)
+		}
+		routed.check(t, 1)
+	}
+}
