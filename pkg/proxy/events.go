@@ -67,7 +67,7 @@ var memberForwardedEventFields = map[string]bool{
 // the same meaning karmada-apiserver gives it.
 func parseEventsRequest(r *http.Request) (eventsRequest, bool) {
 	u := r.URL
-	if r.Method != http.MethodGet || u.Opaque != "" || u.RawPath != "" {
+	if r.Method != http.MethodGet || u.Opaque != "" || u.RawPath != "" || !strings.HasSuffix(u.Path, "/events") {
 		return eventsRequest{}, false
 	}
 	segs := strings.Split(u.Path, "/")

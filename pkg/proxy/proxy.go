@@ -81,6 +81,7 @@ type Proxy struct {
 	authMode   AuthMode
 	authorizer Authorizer
 	metrics    *metrics.Metrics
+	series     *requestSeries
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
@@ -132,6 +133,7 @@ func New(opts Options) (*Proxy, error) {
 		authMode:         opts.AuthMode,
 		authorizer:       opts.Authorizer,
 		metrics:          opts.Metrics,
+		series:           newRequestSeries(opts.Metrics),
 		limiter:          newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
 		eventCursors:     newEventCursors(),
 		eventWatchTiming: defaultEventWatchTiming,
@@ -192,7 +194,7 @@ func stateFrom(ctx context.Context) *requestState {
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	state := &requestState{route: metrics.RoutePassthrough, upstreamName: upstreamKarmada}
-	rw := newResponseWriter(w, p.metrics, state)
+	rw := newResponseWriter(w, p.series, state)
 	defer rw.finish()
 
 	if !p.enter() {

@@ -42,7 +42,7 @@ const servicePrefixSegs = 8
 // must pass parseServiceProxyRequest or is refused, so the gateway and
 // karmada-apiserver never disagree about which Service it is for.
 func targetsServiceProxy(u *url.URL) bool {
-	return anyReading(u, func(s []string) bool {
+	return pathMayHold(u, "services", "proxy") && anyReading(u, func(s []string) bool {
 		return len(s) >= 7 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" &&
 			s[4] == "services" && s[6] == "proxy"
 	})
