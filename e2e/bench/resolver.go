@@ -38,7 +38,7 @@ type ResolverCost struct {
 // fakeBinding is a ResourceBinding as karmada-apiserver returns it (labels
 // and managed fields included), turned into the cached object by the
 // gateway's own informer transform.
-func fakeBinding(transform func(any) (any, error), ns, pod string, uid types.UID, cluster string) (*karmada.ResourceBinding, error) {
+func fakeBinding(transform func(any) (any, error), ns, pod string, uid types.UID, cluster string) (any, error) {
 	name := karmada.BindingName(pod, "Pod")
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding",
@@ -77,20 +77,12 @@ func fakeBinding(transform func(any) (any, error), ns, pod string, uid types.UID
 			},
 		},
 	}}
-	obj, err := transform(u)
-	if err != nil {
-		return nil, err
-	}
-	b, ok := obj.(*karmada.ResourceBinding)
-	if !ok {
-		return nil, fmt.Errorf("transform returned %T", obj)
-	}
-	return b, nil
+	return transform(u)
 }
 
-// fakePod is a pod template's metadata as the gateway caches it: what the
-// metadata informer returns after its transform drops managed fields and
-// annotations. Half the pods carry the cluster label (labelled already).
+// fakePod is a pod template's metadata as the metadata informer receives
+// it, before the gateway's transform (karmada.TrimPod). Half the pods carry
+// the cluster label (labelled already).
 func fakePod(ns, name string, uid types.UID, cluster string, labelled bool) *metav1.PartialObjectMetadata {
 	labels := map[string]string{"app": "ci-job", "ci.example.com/pipeline": "1234567"}
 	if labelled {
@@ -128,7 +120,11 @@ func MeasureResolver(n int) (ResolverCost, error) {
 	transform := karmada.TrimBinding
 	uid := func(i int) types.UID { return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)) }
 	for i := range n {
-		if err := inf.Pods.GetIndexer().Add(fakePod(ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)], i%2 == 0)); err != nil {
+		pod, err := karmada.TrimPod(fakePod(ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)], i%2 == 0))
+		if err != nil {
+			return ResolverCost{}, err
+		}
+		if err := inf.Pods.GetIndexer().Add(pod); err != nil {
 			return ResolverCost{}, err
 		}
 	}
