@@ -14,10 +14,12 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -28,6 +30,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 const (
@@ -396,4 +401,105 @@ func liveMemory() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc + ms.StackInuse
+}
+
+// benchEventsAPI is karmada-apiserver answering a pod-scoped events list
+// with a few of Karmada's own events and the pod template, with the cluster
+// proxy of testCluster behind it answering the member's events for the pod:
+// benchMemberEvents of them, as kube-apiserver writes them.
+type benchEventsAPI struct {
+	karmadaList, template, memberList []byte
+}
+
+const benchMemberEvents = 500
+
+func newBenchEventsAPI(t testing.TB) *benchEventsAPI {
+	ts := metav1.NewTime(time.Date(2026, 12, 2, 17, 6, 0, 0, time.UTC))
+	event := func(i int, name, uid, rv string) corev1.Event {
+		return corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name + "." + strconv.FormatInt(int64(0x187d2c3a4b5c6d00+i), 16), Namespace: "ci", UID: types.UID(fmt.Sprintf("9d3c2b1a-0000-4000-8000-%012d", i)),
+				ResourceVersion: rv, CreationTimestamp: ts,
+			},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ci", Name: "build", UID: types.UID(uid), APIVersion: "v1", ResourceVersion: "4600", FieldPath: "spec.containers{build}"},
+			Reason:         "Pulled", Message: `Successfully pulled image "registry.gitlab.com/group/project/build:latest" in 1.234s (1.234s including waiting). Image size: 123456789 bytes.`,
+			Source:         corev1.EventSource{Component: "kubelet", Host: "member1-worker"},
+			FirstTimestamp: ts, LastTimestamp: ts, Count: 1, Type: corev1.EventTypeNormal,
+			ReportingController: "kubelet", ReportingInstance: "member1-worker",
+		}
+	}
+	marshal := func(v any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	karmadaList := corev1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: "4711"}}
+	for i := range 3 {
+		karmadaList.Items = append(karmadaList.Items, event(i, "build", "template-uid", "4700"))
+	}
+	memberList := corev1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: "99"}}
+	for i := range benchMemberEvents {
+		memberList.Items = append(memberList.Items, event(i, "build", "member-uid", strconv.Itoa(100+i)))
+	}
+	return &benchEventsAPI{
+		karmadaList: marshal(karmadaList),
+		template:    marshal(benchPod(0)),
+		memberList:  marshal(memberList),
+	}
+}
+
+var benchMemberEventsPath = karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+
+func (a *benchEventsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body []byte
+	switch r.URL.Path {
+	case "/api/v1/namespaces/ci/events":
+		body = a.karmadaList
+	case "/api/v1/namespaces/ci/pods/build":
+		body = a.template
+	case benchMemberEventsPath:
+		body = a.memberList
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// BenchmarkEventsList is the pod-scoped events list GitLab Runner sends:
+// through the gateway, which merges karmada-apiserver's list with the
+// member's, against the member's list alone through the cluster proxy
+// (what a patched executor would read).
+func BenchmarkEventsList(b *testing.B) {
+	upstream := benchServer(b, newBenchEventsAPI(b))
+	p := newTestProxy(b, Options{Upstream: tlsUpstreamConfig(upstream), MergeMemberEvents: true})
+	var gateway *httptest.Server
+	pprof.Do(context.Background(), pprof.Labels("party", "gateway"), func(context.Context) {
+		gateway = benchServer(b, p)
+	})
+	query := "?fieldSelector=" + url.QueryEscape("involvedObject.name=build")
+	for _, target := range []struct {
+		name string
+		srv  *httptest.Server
+		path string
+	}{
+		{"direct", upstream, benchMemberEventsPath + query},
+		{"gateway", gateway, "/api/v1/namespaces/ci/events" + query},
+	} {
+		b.Run(target.name, func(b *testing.B) {
+			c := benchClient(target.srv, true)
+			defer c.CloseIdleConnections()
+			url := target.srv.URL + target.path
+			buf := make([]byte, 32<<10)
+			benchGet(b, c, url, buf)
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				benchGet(b, c, url, buf)
+			}
+		})
+	}
 }
