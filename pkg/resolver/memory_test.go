@@ -10,11 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada/karmadatest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -41,54 +41,6 @@ func apiPod(name string, uid types.UID, cluster string, labelled bool) *metav1.P
 	}
 }
 
-// apiBinding is a pod's ResourceBinding as karmada-apiserver returns it.
-func apiBinding(pod string, uid types.UID, cluster string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding",
-		"metadata": map[string]any{
-			"name": karmada.BindingName(pod, "Pod"), "namespace": ns, "uid": "b-" + string(uid), "resourceVersion": "123456789",
-			"generation": int64(2), "creationTimestamp": "2026-01-02T03:04:05Z",
-			"labels": map[string]any{
-				"propagationpolicy.karmada.io/permanent-id": "7d0c0a7e-9d0b-4b4c-8f49-3f7a1b2c3d4e",
-				"resourcebinding.karmada.io/permanent-id":   "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
-			},
-			"annotations": map[string]any{
-				"policy.karmada.io/applied-placement":    `{"clusterAffinity":{"clusterNames":["member1","member2"]}}`,
-				"propagationpolicy.karmada.io/name":      "ci",
-				"propagationpolicy.karmada.io/namespace": ns,
-			},
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": string(uid), "controller": true, "blockOwnerDeletion": true,
-			}},
-			"managedFields": []any{map[string]any{
-				"manager": "karmada-controller-manager", "operation": "Update", "apiVersion": "work.karmada.io/v1alpha2",
-				"time": "2026-01-02T03:04:05Z", "fieldsType": "FieldsV1",
-				"fieldsV1": map[string]any{"f:spec": map[string]any{"f:clusters": map[string]any{}, "f:resource": map[string]any{}}},
-			}},
-		},
-		"spec": map[string]any{
-			"resource": map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": pod, "uid": string(uid), "resourceVersion": "123456780"},
-			"clusters": []any{map[string]any{"name": cluster}},
-		},
-		"status": map[string]any{
-			"lastScheduledTime": "2026-01-02T03:04:06Z",
-			"aggregatedStatus":  []any{map[string]any{"clusterName": cluster, "applied": true, "health": "Healthy", "appliedMessage": "Manifest has been successfully applied"}},
-			"conditions": []any{
-				map[string]any{"type": "Scheduled", "status": "True", "reason": "Success", "message": "Binding has been scheduled successfully.", "lastTransitionTime": "2026-01-02T03:04:06Z"},
-				map[string]any{"type": "FullyApplied", "status": "True", "reason": "FullyAppliedSuccess", "message": "All works have been successfully applied", "lastTransitionTime": "2026-01-02T03:04:07Z"},
-			},
-		},
-	}}
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // BenchmarkResolverMemory fills the stores the resolver reads with n pods
 // and their bindings, each passed through the informers' own transforms
 // and indexes, and reports the live heap they cost per pod (after GC), then
@@ -99,7 +51,7 @@ func BenchmarkResolverMemory(b *testing.B) {
 			clusters := []string{"member1", "member2"}
 			name := func(i int) string { return "runner-abc123-project-42-concurrent-" + strconv.Itoa(i) }
 			uid := func(i int) types.UID { return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)) }
-			before := liveHeap()
+			before := karmadatest.LiveHeap()
 			inf := &karmada.Informers{
 				Pods:     cache.NewSharedIndexInformer(&cache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{}),
 				Bindings: cache.NewSharedIndexInformer(&cache.ListWatch{}, &karmada.ResourceBinding{}, 0, cache.Indexers{karmada.BindingsByResourceIndex: karmada.IndexBindingByResource}),
@@ -114,9 +66,9 @@ func BenchmarkResolverMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			afterPods := liveHeap()
+			afterPods := karmadatest.LiveHeap()
 			for i := range n {
-				obj, err := karmada.TrimBinding(apiBinding(name(i), uid(i), clusters[i%2]))
+				obj, err := karmada.TrimBinding(karmadatest.APIBinding(ns, name(i), uid(i), clusters[i%2]))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -124,7 +76,7 @@ func BenchmarkResolverMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			after := liveHeap()
+			after := karmadatest.LiveHeap()
 			for _, c := range clusters {
 				if err := inf.Clusters.GetIndexer().Add(cluster(c, true, "cluster is healthy and ready to accept workloads")); err != nil {
 					b.Fatal(err)
