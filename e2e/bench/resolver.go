@@ -10,11 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada/karmadatest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 )
@@ -35,62 +35,15 @@ type ResolverCost struct {
 	AllocsPerOp   int64         // of the binding path
 }
 
-// fakeBinding is a ResourceBinding as karmada-apiserver returns it (labels
-// and managed fields included), turned into the cached object by the
-// gateway's own informer transform.
-func fakeBinding(transform func(any) (any, error), ns, pod string, uid types.UID, cluster string) (*karmada.ResourceBinding, error) {
-	name := karmada.BindingName(pod, "Pod")
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding",
-		"metadata": map[string]any{
-			"name": name, "namespace": ns, "uid": "b-" + string(uid), "resourceVersion": "123456789",
-			"generation": int64(2), "creationTimestamp": "2026-01-02T03:04:05Z",
-			"labels": map[string]any{
-				"propagationpolicy.karmada.io/permanent-id": "7d0c0a7e-9d0b-4b4c-8f49-3f7a1b2c3d4e",
-				"resourcebinding.karmada.io/permanent-id":   "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
-			},
-			"annotations": map[string]any{
-				"policy.karmada.io/applied-placement":    `{"clusterAffinity":{"clusterNames":["member1","member2"]}}`,
-				"propagationpolicy.karmada.io/name":      "ci",
-				"propagationpolicy.karmada.io/namespace": ns,
-			},
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": string(uid),
-				"controller": true, "blockOwnerDeletion": true,
-			}},
-			"managedFields": []any{map[string]any{
-				"manager": "karmada-controller-manager", "operation": "Update", "apiVersion": "work.karmada.io/v1alpha2",
-				"time": "2026-01-02T03:04:05Z", "fieldsType": "FieldsV1",
-				"fieldsV1": map[string]any{"f:spec": map[string]any{"f:clusters": map[string]any{}, "f:resource": map[string]any{}}},
-			}},
-		},
-		"spec": map[string]any{
-			"resource": map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": pod, "uid": string(uid), "resourceVersion": "123456780"},
-			"clusters": []any{map[string]any{"name": cluster}},
-		},
-		"status": map[string]any{
-			"lastScheduledTime": "2026-01-02T03:04:06Z",
-			"aggregatedStatus":  []any{map[string]any{"clusterName": cluster, "applied": true, "health": "Healthy"}},
-			"conditions": []any{
-				map[string]any{"type": "Scheduled", "status": "True", "reason": "Success", "message": "Binding has been scheduled successfully.", "lastTransitionTime": "2026-01-02T03:04:06Z"},
-				map[string]any{"type": "FullyApplied", "status": "True", "reason": "FullyAppliedSuccess", "message": "All works have been successfully applied", "lastTransitionTime": "2026-01-02T03:04:07Z"},
-			},
-		},
-	}}
-	obj, err := transform(u)
-	if err != nil {
-		return nil, err
-	}
-	b, ok := obj.(*karmada.ResourceBinding)
-	if !ok {
-		return nil, fmt.Errorf("transform returned %T", obj)
-	}
-	return b, nil
+// fakeBinding is a pod's ResourceBinding as karmada-apiserver returns it,
+// turned into the cached object by the gateway's own informer transform.
+func fakeBinding(transform func(any) (any, error), ns, pod string, uid types.UID, cluster string) (any, error) {
+	return transform(karmadatest.APIBinding(ns, pod, uid, cluster))
 }
 
-// fakePod is a pod template's metadata as the gateway caches it: what the
-// metadata informer returns after its transform drops managed fields and
-// annotations. Half the pods carry the cluster label (labelled already).
+// fakePod is a pod template's metadata as the metadata informer receives
+// it, before the gateway's transform (karmada.TrimPod). Half the pods carry
+// the cluster label (labelled already).
 func fakePod(ns, name string, uid types.UID, cluster string, labelled bool) *metav1.PartialObjectMetadata {
 	labels := map[string]string{"app": "ci-job", "ci.example.com/pipeline": "1234567"}
 	if labelled {
@@ -105,21 +58,13 @@ func fakePod(ns, name string, uid types.UID, cluster string, labelled bool) *met
 	}
 }
 
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // MeasureResolver fills informer stores (the ones the gateway's resolver
 // reads, with the production binding index) with n pods and their bindings,
 // takes the live heap they cost, and times Resolve with testing.Benchmark.
 func MeasureResolver(n int) (ResolverCost, error) {
 	const ns = "ci"
 	clusters := []string{"member1", "member2"}
-	before := liveHeap()
+	before := karmadatest.LiveHeap()
 	inf := &karmada.Informers{
 		Pods:     cache.NewSharedIndexInformer(&cache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{}),
 		Bindings: cache.NewSharedIndexInformer(&cache.ListWatch{}, &karmada.ResourceBinding{}, 0, cache.Indexers{karmada.BindingsByResourceIndex: karmada.IndexBindingByResource}),
@@ -128,11 +73,15 @@ func MeasureResolver(n int) (ResolverCost, error) {
 	transform := karmada.TrimBinding
 	uid := func(i int) types.UID { return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)) }
 	for i := range n {
-		if err := inf.Pods.GetIndexer().Add(fakePod(ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)], i%2 == 0)); err != nil {
+		pod, err := karmada.TrimPod(fakePod(ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)], i%2 == 0))
+		if err != nil {
+			return ResolverCost{}, err
+		}
+		if err := inf.Pods.GetIndexer().Add(pod); err != nil {
 			return ResolverCost{}, err
 		}
 	}
-	afterPods := liveHeap()
+	afterPods := karmadatest.LiveHeap()
 	for i := range n {
 		b, err := fakeBinding(transform, ns, "ci-job-"+strconv.Itoa(i), uid(i), clusters[i%len(clusters)])
 		if err != nil {
@@ -150,7 +99,7 @@ func MeasureResolver(n int) (ResolverCost, error) {
 			return ResolverCost{}, err
 		}
 	}
-	after := liveHeap()
+	after := karmadatest.LiveHeap()
 	out := ResolverCost{Pods: n, BytesPerPod: (float64(after) - float64(before)) / float64(n),
 		PodBytes: (float64(afterPods) - float64(before)) / float64(n), BindingBytes: (float64(after) - float64(afterPods)) / float64(n)}
 	names := make([]string, n)

@@ -34,13 +34,19 @@ func ResourceKey(kind, namespace, name string) string {
 	return kind + "/" + namespace + "/" + name
 }
 
-// IndexBindingByResource is the BindingsByResourceIndex function.
+// IndexBindingByResource is the BindingsByResourceIndex function. A binding
+// named as Karmada names the binding of its template (BindingName, in the
+// template's namespace) is not indexed: bindingOf finds it by that name. The
+// index costs a map per indexed binding, about 250 bytes per pod when every
+// binding was in it; now it holds only bindings named otherwise.
 func IndexBindingByResource(obj any) ([]string, error) {
-	b, ok := obj.(*ResourceBinding)
+	namespace, name, r, ok := BindingResource(obj)
 	if !ok {
-		return nil, fmt.Errorf("index %T: not a *karmada.ResourceBinding", obj)
+		return nil, fmt.Errorf("index %T: not a ResourceBinding", obj)
 	}
-	r := b.Spec.Resource
+	if namespace == r.Namespace && name == BindingName(r.Name, r.Kind) {
+		return nil, nil
+	}
 	return []string{ResourceKey(r.Kind, r.Namespace, r.Name)}, nil
 }
 
@@ -49,9 +55,10 @@ func IndexBindingByResource(obj any) ([]string, error) {
 // watch per resource on karmada-apiserver however many features use it.
 type Informers struct {
 	// Pods is a metadata-only informer on Pod templates: the gateway never
-	// needs a pod's spec or status, and metadata keeps the cache small.
+	// needs a pod's spec or status. It holds *CachedPod (read with PodOf).
 	Pods cache.SharedIndexInformer
-	// Bindings holds *ResourceBinding, indexed by BindingsByResourceIndex.
+	// Bindings holds *CachedBinding, indexed by BindingsByResourceIndex
+	// (read with BindingOf).
 	Bindings cache.SharedIndexInformer
 	// Clusters holds *Cluster.
 	Clusters cache.SharedIndexInformer
@@ -89,7 +96,11 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 		metrics:  opts.Metrics,
 		start:    []func(<-chan struct{}){md.Start, dyn.Start},
 	}
-	if err := i.Pods.SetTransform(trimPodMetadata); err != nil {
+	trimPod := TrimPod
+	if opts.Services {
+		trimPod = trimPodKeepingLabels
+	}
+	if err := i.Pods.SetTransform(trimPod); err != nil {
 		return nil, fmt.Errorf("pods informer transform: %w", err)
 	}
 	if err := i.Bindings.SetTransform(TrimBinding); err != nil {
@@ -110,14 +121,20 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 	return i, nil
 }
 
-// trimPodMetadata drops what neither the resolver nor the labeler reads
-// (managed fields, annotations), which is most of a pod's metadata.
-func trimPodMetadata(obj any) (any, error) {
+// TrimPod is the pods informer's transform: it keeps of a pod's metadata
+// what the resolver and the labeler read, as a *CachedPod. Exported so
+// benchmarks measure what the gateway caches.
+func TrimPod(obj any) (any, error) { return trimPod(obj, false) }
+
+// trimPodKeepingLabels is TrimPod keeping every label, for the Services
+// cache's selector fallback.
+func trimPodKeepingLabels(obj any) (any, error) { return trimPod(obj, true) }
+
+func trimPod(obj any, keepLabels bool) (any, error) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		m.ManagedFields = nil
-		m.Annotations = nil
+		return cachePod(m, keepLabels), nil
 	}
-	return obj, nil
+	return obj, nil // tombstones, and objects transformed already
 }
 
 // trimService converts a Service to what the resolver reads: its identity
@@ -141,21 +158,14 @@ func trimService(obj any) (any, error) {
 }
 
 // TrimBinding is the bindings informer's transform: it converts a binding
-// and drops what nothing reads (managed fields, annotations, labels, owner
-// references, status conditions and applied messages are most of a
-// binding, and there is one binding per pod). Exported so benchmarks
-// measure what the gateway caches.
+// to a *CachedBinding, which keeps only what is read (managed fields,
+// annotations, labels, owner references, status conditions and applied
+// messages are most of a binding, and there is one binding per pod).
+// Exported so benchmarks measure what the gateway caches.
 func TrimBinding(obj any) (any, error) {
 	out, err := Transform[ResourceBinding]()(obj)
 	if b, ok := out.(*ResourceBinding); ok && err == nil {
-		b.ManagedFields = nil
-		b.Annotations = nil
-		b.Labels = nil
-		b.OwnerReferences = nil
-		b.Status.Conditions = nil
-		for i := range b.Status.AggregatedStatus {
-			b.Status.AggregatedStatus[i].AppliedMessage = ""
-		}
+		return cacheBinding(b), nil
 	}
 	return out, err
 }
@@ -215,23 +225,42 @@ func (i *Informers) WaitForCacheSync(ctx context.Context) bool {
 // per template; should there be more, the lowest name wins so callers never
 // flap between them.
 func (i *Informers) BindingOf(namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
-	return i.bindingOf("Pod", namespace, name, uid)
+	b, n, err := i.CachedBindingOf("Pod", namespace, name, uid)
+	if b == nil {
+		return nil, n, err
+	}
+	return b.Binding(), n, err
 }
 
 // BindingOfService is BindingOf for the Service template namespace/name.
 func (i *Informers) BindingOfService(namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
-	return i.bindingOf("Service", namespace, name, uid)
+	b, n, err := i.CachedBindingOf("Service", namespace, name, uid)
+	if b == nil {
+		return nil, n, err
+	}
+	return b.Binding(), n, err
 }
 
-func (i *Informers) bindingOf(kind, namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
-	objs, err := i.Bindings.GetIndexer().ByIndex(BindingsByResourceIndex, ResourceKey(kind, namespace, name))
+// CachedBindingOf is BindingOf for a template of kind ("Pod", "Service"),
+// returning the cached binding itself: lookups on the request path need not
+// allocate a ResourceBinding.
+func (i *Informers) CachedBindingOf(kind, namespace, name string, uid types.UID) (*CachedBinding, int, error) {
+	indexer := i.Bindings.GetIndexer()
+	objs, err := indexer.ByIndex(BindingsByResourceIndex, ResourceKey(kind, namespace, name))
 	if err != nil {
 		return nil, 0, fmt.Errorf("bindings of %s %s/%s: %w", kind, namespace, name, err)
 	}
-	var best *ResourceBinding
+	// The binding named as Karmada names it is not in the index (see
+	// IndexBindingByResource); it counts when it binds this template.
+	if obj, ok, _ := indexer.GetByKey(namespace + "/" + BindingName(name, kind)); ok {
+		if _, _, r, ok := BindingResource(obj); ok && r.Kind == kind && r.Namespace == namespace && r.Name == name {
+			objs = append(objs, obj)
+		}
+	}
+	var best *CachedBinding
 	qualified := 0
 	for _, obj := range objs {
-		b, ok := obj.(*ResourceBinding)
+		b, ok := bindingOfObject(obj)
 		if !ok || b.Namespace != namespace || b.Spec.Resource.APIVersion != "v1" {
 			continue
 		}

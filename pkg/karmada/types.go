@@ -121,7 +121,11 @@ func (b *ResourceBinding) ClusterNames() []string {
 
 // Applied reports whether the binding's status says cluster applied the workload.
 func (b *ResourceBinding) Applied(cluster string) bool {
-	for _, s := range b.Status.AggregatedStatus {
+	return applied(b.Status.AggregatedStatus, cluster)
+}
+
+func applied(status []AggregatedStatusItem, cluster string) bool {
+	for _, s := range status {
 		if s.ClusterName == cluster {
 			return s.Applied
 		}
@@ -134,16 +138,20 @@ func (b *ResourceBinding) Applied(cluster string) bool {
 // every scheduled cluster while none is applied yet. The resolver and the
 // labeler both choose from it, so a label never disagrees with a lookup.
 func (b *ResourceBinding) CandidateClusters() iter.Seq[string] {
+	return candidateClusters(b.Spec.Clusters, b.Status.AggregatedStatus)
+}
+
+func candidateClusters(clusters []TargetCluster, status []AggregatedStatusItem) iter.Seq[string] {
 	anyApplied := false
-	for _, c := range b.Spec.Clusters {
-		if b.Applied(c.Name) {
+	for _, c := range clusters {
+		if applied(status, c.Name) {
 			anyApplied = true
 			break
 		}
 	}
 	return func(yield func(string) bool) {
-		for _, c := range b.Spec.Clusters {
-			if anyApplied && !b.Applied(c.Name) {
+		for _, c := range clusters {
+			if anyApplied && !applied(status, c.Name) {
 				continue
 			}
 			if !yield(c.Name) {

@@ -85,6 +85,22 @@ func TestBindingOf(t *testing.T) {
 			count: 3,
 		},
 		{
+			// Found by its name, not the index: it must still bind this pod.
+			name:     "binding named for the pod but binding another ignored",
+			bindings: []*ResourceBinding{testBinding(testNS, "job-pod", "other", "uid-job", "member2")},
+			uid:      "uid-job",
+		},
+		{
+			name: "binding named for the pod and one named otherwise both count",
+			bindings: []*ResourceBinding{
+				testBinding(testNS, "job-pod", "job", "uid-job", "member1"),
+				testBinding(testNS, "custom", "job", "uid-job", "member2"),
+			},
+			uid:   "uid-job",
+			want:  "custom",
+			count: 2,
+		},
+		{
 			name: "bindings of other pods ignored",
 			bindings: []*ResourceBinding{
 				testBinding(testNS, "a-other-pod", "other", "uid-job", "member2"),

@@ -496,11 +496,10 @@ func podKeyOf(obj any) (string, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	b, ok := obj.(*karmada.ResourceBinding)
+	_, _, r, ok := karmada.BindingResource(obj)
 	if !ok {
 		return "", false
 	}
-	r := b.Spec.Resource
 	if r.Kind != "Pod" || r.APIVersion != "v1" || r.Namespace == "" || r.Name == "" {
 		return "", false
 	}

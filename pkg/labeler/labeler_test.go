@@ -129,8 +129,8 @@ func (h *harness) cachedLabel(name string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	v, ok := obj.(*metav1.PartialObjectMetadata).Labels[karmada.ClusterNameLabel]
-	return v, ok
+	p, _ := karmada.PodOf(obj)
+	return p.Cluster, p.HasCluster
 }
 
 func (h *harness) podPatches() []k8stesting.PatchAction {

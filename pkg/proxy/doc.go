@@ -54,8 +54,9 @@
 //     what ReverseProxy changes for safety in generic proxies but that would
 //     break byte-for-byte passthrough here: the raw query (cleanQueryParams
 //     re-encodes `;` and bad escapes) and client-sent Forwarded/X-Forwarded-*
-//     headers. Nothing is added. FlushInterval -1 streams watches and log
-//     follows unbuffered; a body cut mid-way panics http.ErrAbortHandler,
+//     headers. Nothing is added. Every response without a Content-Length
+//     (watches, log follows) is flushed per write, so streams go unbuffered;
+//     one of known length is written whole. A body cut mid-way panics http.ErrAbortHandler,
 //     which nothing here recovers, so the client sees an aborted response.
 //   - Upgrades (SPDY/3.1, WebSocket with any channel.k8s.io or port-forward
 //     subprotocol) also go through ReverseProxy, not apimachinery's

@@ -67,7 +67,7 @@ var memberForwardedEventFields = map[string]bool{
 // the same meaning karmada-apiserver gives it.
 func parseEventsRequest(r *http.Request) (eventsRequest, bool) {
 	u := r.URL
-	if r.Method != http.MethodGet || u.Opaque != "" || u.RawPath != "" {
+	if r.Method != http.MethodGet || u.Opaque != "" || u.RawPath != "" || !strings.HasSuffix(u.Path, "/events") {
 		return eventsRequest{}, false
 	}
 	segs := strings.Split(u.Path, "/")
@@ -396,14 +396,18 @@ func (p *Proxy) readMemberEvents(ctx context.Context, em *eventsMerge, cluster s
 // no error mean the caller pinned another incarnation's UID: the member's
 // events are not about it.
 func (p *Proxy) readTemplate(ctx context.Context, em *eventsMerge) (*corev1.Pod, error) {
-	var pod corev1.Pod
+	// Only the metadata is read (rewriteMemberEvent needs the UID and the
+	// resourceVersion); decoding a CI pod's spec and status is wasted.
+	var pod struct {
+		metav1.ObjectMeta `json:"metadata"`
+	}
 	if err := p.getJSON(ctx, em.r, em.karmada, "/api/v1/namespaces/"+em.Namespace+"/pods/"+em.Pod, &pod); err != nil {
 		return nil, fmt.Errorf("reading the pod template: %w", err)
 	}
 	if em.UID != "" && types.UID(em.UID) != pod.UID {
 		return nil, nil
 	}
-	return &pod, nil
+	return &corev1.Pod{ObjectMeta: pod.ObjectMeta}, nil
 }
 
 // memberEventsPath is the cluster proxy path of the pod's events in cluster,

@@ -7,7 +7,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -25,7 +28,7 @@ const upgradeLinger = 10 * time.Second
 // and Hijacker itself and unwraps for http.ResponseController.
 type responseWriter struct {
 	http.ResponseWriter
-	metrics *metrics.Metrics
+	metrics *requestSeries
 	state   *requestState
 	start   time.Time
 
@@ -35,7 +38,7 @@ type responseWriter struct {
 	streamOpen  bool
 }
 
-func newResponseWriter(w http.ResponseWriter, m *metrics.Metrics, state *requestState) *responseWriter {
+func newResponseWriter(w http.ResponseWriter, m *requestSeries, state *requestState) *responseWriter {
 	return &responseWriter{ResponseWriter: w, metrics: m, state: state, start: time.Now()}
 }
 
@@ -79,13 +82,47 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 func (w *responseWriter) recordHeader(code int) {
 	w.wroteHeader = true
 	route := w.state.route
-	w.metrics.RequestsTotal.WithLabelValues(route, strconv.Itoa(code)).Inc()
-	w.metrics.RequestDuration.WithLabelValues(route).Observe(time.Since(w.start).Seconds())
+	w.metrics.requests(route, code).Inc()
+	w.metrics.duration(route).Observe(time.Since(w.start).Seconds())
 	if code == http.StatusSwitchingProtocols || (w.state.streaming && code >= 200 && code < 300) {
 		w.streamOpen = true
 		w.streamStart = time.Now()
 		w.metrics.ActiveStreams.WithLabelValues(route).Inc()
 	}
+}
+
+// requestSeries are the per-request metrics' children, looked up once per
+// label values: WithLabelValues validates and hashes its label values (and
+// the code needed formatting) on every request. Children are created on
+// first use, as before, so no series is exported before its first sample.
+type requestSeries struct {
+	*metrics.Metrics
+	counters  sync.Map // requestKey -> prometheus.Counter
+	durations sync.Map // route -> prometheus.Observer
+}
+
+type requestKey struct {
+	route string
+	code  int
+}
+
+func newRequestSeries(m *metrics.Metrics) *requestSeries { return &requestSeries{Metrics: m} }
+
+func (s *requestSeries) requests(route string, code int) prometheus.Counter {
+	key := requestKey{route, code}
+	if c, ok := s.counters.Load(key); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := s.counters.LoadOrStore(key, s.RequestsTotal.WithLabelValues(route, strconv.Itoa(code)))
+	return c.(prometheus.Counter)
+}
+
+func (s *requestSeries) duration(route string) prometheus.Observer {
+	if o, ok := s.durations.Load(route); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := s.durations.LoadOrStore(route, s.RequestDuration.WithLabelValues(route))
+	return o.(prometheus.Observer)
 }
 
 // finish runs when the request ends, also while a panic (ErrAbortHandler)
@@ -126,14 +163,17 @@ func (c *upgradedConn) CloseWrite() error {
 // isStreamingRequest reports whether r asks for a response that stays open:
 // a watch, or a followed log, by kube-apiserver's bool query conversion.
 func isStreamingRequest(route string, u *url.URL) bool {
+	if route == metrics.RouteServiceProxy || route == metrics.RoutePodProxy {
+		// The query belongs to the proxied application, not to the API.
+		return false
+	}
+	if u.RawQuery == "" { // most requests; spares parsing an empty query
+		return route != metrics.RouteLog && isWatchPath(u.Path)
+	}
 	q, _ := url.ParseQuery(u.RawQuery)
 	truthy := func(key string) bool {
 		v, ok := q[key]
 		return ok && len(v) > 0 && queryTrue(v[0])
-	}
-	if route == metrics.RouteServiceProxy || route == metrics.RoutePodProxy {
-		// The query belongs to the proxied application, not to the API.
-		return false
 	}
 	if route == metrics.RouteLog {
 		return truthy("follow")

@@ -82,6 +82,7 @@ type Proxy struct {
 	authMode   AuthMode
 	authorizer Authorizer
 	metrics    *metrics.Metrics
+	series     *requestSeries
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
@@ -133,6 +134,7 @@ func New(opts Options) (*Proxy, error) {
 		authMode:         opts.AuthMode,
 		authorizer:       opts.Authorizer,
 		metrics:          opts.Metrics,
+		series:           newRequestSeries(opts.Metrics),
 		limiter:          newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
 		eventCursors:     newEventCursors(),
 		eventWatchTiming: defaultEventWatchTiming,
@@ -140,9 +142,15 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
-		Rewrite:        p.rewriteRequest,
-		Transport:      roundTripperFunc(p.roundTrip),
-		FlushInterval:  -1,
+		Rewrite:   p.rewriteRequest,
+		Transport: roundTripperFunc(p.roundTrip),
+		// 0, not -1: ReverseProxy flushes every write anyway for the
+		// responses that stream (no Content-Length: watches, log follows,
+		// most LISTs; text/event-stream). A response of known length is
+		// whole, and flushing it per write only cost a frame and a syscall
+		// each (HTTP/2 sent HEADERS, DATA and END_STREAM apart).
+		FlushInterval:  0,
+		BufferPool:     copyBuffers{},
 		ModifyResponse: modifyResponse,
 		ErrorHandler:   p.handleError,
 		ErrorLog:       log.New(klogWriter{}, "", 0),
@@ -187,7 +195,7 @@ func stateFrom(ctx context.Context) *requestState {
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	state := &requestState{route: metrics.RoutePassthrough, upstreamName: upstreamKarmada}
-	rw := newResponseWriter(w, p.metrics, state)
+	rw := newResponseWriter(w, p.series, state)
 	defer rw.finish()
 
 	if !p.enter() {
@@ -455,6 +463,24 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	state := stateFrom(req.Context())
 	return p.upstream.transport(state.gatewayIdentity, state.upgrade).RoundTrip(req)
+}
+
+// copyBufferSize is ReverseProxy's own default, the size io.Copy uses.
+const copyBufferSize = 32 << 10
+
+var copyBufferPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
+
+// copyBuffers lends ReverseProxy its body copy buffers: without a pool it
+// allocates 32 KiB per response, most of what a small GET allocated.
+// Arrays, not slices, go into the pool so that Put does not allocate.
+type copyBuffers struct{}
+
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[copyBufferSize]byte)[:] }
+
+func (copyBuffers) Put(b []byte) {
+	if len(b) == copyBufferSize {
+		copyBufferPool.Put((*[copyBufferSize]byte)(b))
+	}
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

@@ -70,7 +70,7 @@ const proxyPrefixSegs = 8
 // must pass parse or is refused, so the gateway and karmada-apiserver never
 // disagree about which object it is for.
 func (k proxyKind) targets(u *url.URL) bool {
-	return anyReading(u, func(s []string) bool {
+	return pathMayHold(u, k.resource, "proxy") && anyReading(u, func(s []string) bool {
 		return len(s) >= 7 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" &&
 			s[4] == k.resource && s[6] == "proxy"
 	})

@@ -130,7 +130,23 @@ func parsePodRequest(u *url.URL) (PodRequest, bool) {
 // segments resolved, with empty segments kept or dropped. It is deliberately
 // loose; a request it matches must pass parsePodRequest or is refused.
 func targetsPodSubresource(u *url.URL) bool {
-	return anyReading(u, podSubresourceShape)
+	return pathMayHold(u, "pods", podSubresources...) && anyReading(u, podSubresourceShape)
+}
+
+// pathMayHold is anyReading's cheap precondition: every segment of every
+// reading is a substring of u.Path (or, where a segment does not decode,
+// contains '%' and equals no word), so a path lacking word or all of
+// oneOf cannot match, and most requests skip the readings' allocations.
+func pathMayHold(u *url.URL, word string, oneOf ...string) bool {
+	if !strings.Contains(u.Path, word) {
+		return false
+	}
+	for _, w := range oneOf {
+		if strings.Contains(u.Path, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // anyReading reports whether shape holds for some plausible reading of u's

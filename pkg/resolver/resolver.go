@@ -133,7 +133,7 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 		// The indexer's GetByKey cannot fail; a miss is the only real case.
 		return "", sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
 	}
-	meta, ok := obj.(metav1.Object)
+	meta, ok := karmada.PodOf(obj)
 	if !ok {
 		return "", sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
 	}
@@ -147,7 +147,7 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 	if b == nil || len(b.Spec.Clusters) == 0 {
 		return "", sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
 	}
-	if label, ok := meta.GetLabels()[karmada.ClusterNameLabel]; ok {
+	if label, ok := meta.Cluster, meta.HasCluster; ok {
 		switch c, found, problem := r.labelCluster(label); {
 		case problem != "":
 			klog.FromContext(ctx).Info("Ignoring invalid cluster label on pod; following its ResourceBinding",
@@ -173,7 +173,7 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 }
 
 // scheduledOn reports whether b schedules its workload to cluster.
-func scheduledOn(b *karmada.ResourceBinding, cluster string) bool {
+func scheduledOn(b *karmada.CachedBinding, cluster string) bool {
 	for _, c := range b.Spec.Clusters {
 		if c.Name == cluster {
 			return true
@@ -219,8 +219,8 @@ func (r *Resolver) cluster(name string) *karmada.Cluster {
 
 // binding returns the pod's ResourceBinding, or nil (see
 // karmada.Informers.BindingOf for which bindings count).
-func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta metav1.Object) *karmada.ResourceBinding {
-	b, qualified, err := r.informers.BindingOf(namespace, pod, meta.GetUID())
+func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta *karmada.CachedPod) *karmada.CachedBinding {
+	b, qualified, err := r.informers.CachedBindingOf("Pod", namespace, pod, meta.UID)
 	if err != nil {
 		// Only a missing index fails, and New checked for it.
 		klog.FromContext(ctx).Error(err, "Looking up ResourceBinding", "pod", klog.KRef(namespace, pod))
@@ -235,7 +235,7 @@ func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta meta
 
 // bindingCluster picks among b's scheduled clusters for the object kind
 // ("pod" or "service") namespace/pod; see the package doc.
-func (r *Resolver) bindingCluster(ctx context.Context, kind, namespace, pod string, b *karmada.ResourceBinding) (string, error) {
+func (r *Resolver) bindingCluster(ctx context.Context, kind, namespace, pod string, b *karmada.CachedBinding) (string, error) {
 	var (
 		chosen   string
 		firstErr error
@@ -281,7 +281,7 @@ func unavailable(kind, name, message string) *apierrors.StatusError {
 	}}
 }
 
-func notPlaced(namespace, pod string, b *karmada.ResourceBinding) error {
+func notPlaced(namespace, pod string, b *karmada.CachedBinding) error {
 	if b == nil {
 		return unavailable("pod", pod, fmt.Sprintf("pod %q is not placed on any member cluster: it has no ResourceBinding (is a PropagationPolicy selecting it?)", namespace+"/"+pod))
 	}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 var servicesResource = schema.GroupResource{Resource: "services"}
@@ -39,7 +41,7 @@ func (r *Resolver) ResolveService(ctx context.Context, namespace, name string) (
 
 	// A Service placed by its own ResourceBinding goes where Karmada put it,
 	// by the same candidate and readiness rule as pods.
-	b, qualified, err := r.informers.BindingOfService(namespace, name, svc.UID)
+	b, qualified, err := r.informers.CachedBindingOf("Service", namespace, name, svc.UID)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Looking up ResourceBinding", "service", klog.KRef(namespace, name))
 	}
@@ -69,20 +71,20 @@ func (r *Resolver) selectedPodsCluster(ctx context.Context, svc *corev1.Service)
 	var selected int
 	var firstErr error
 	for _, obj := range podObjs {
-		meta, ok := obj.(metav1.Object)
-		if !ok || meta.GetNamespace() != namespace || meta.GetDeletionTimestamp() != nil ||
-			!selector.Matches(labels.Set(meta.GetLabels())) {
+		meta, ok := karmada.PodOf(obj)
+		if !ok || meta.Namespace != namespace || meta.DeletionTimestamp != nil ||
+			!selector.Matches(labels.Set(meta.Labels)) {
 			continue
 		}
 		selected++
-		cluster, _, _, err := r.resolve(ctx, namespace, meta.GetName())
+		cluster, _, _, err := r.resolve(ctx, namespace, meta.Name)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
 			continue
 		}
-		clusters[cluster] = append(clusters[cluster], meta.GetName())
+		clusters[cluster] = append(clusters[cluster], meta.Name)
 	}
 	switch len(clusters) {
 	case 1:
