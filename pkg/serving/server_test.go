@@ -220,12 +220,16 @@ func TestIdleTimeoutClosesIdleConnectionsNotStreams(t *testing.T) {
 }
 
 func idleAfterVersion(t *testing.T, c *testClient, proto int, _ chan struct{}) {
+	// The server's idle clock starts when it has written the response,
+	// before the client has read it: only the time the request was sent is
+	// sure to come before it.
+	sent := time.Now()
 	resp := c.get(t, "/version", proto)
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	expectEnded(t, c.conn(t), time.Now(), 40*testIdleTimeout)
+	expectEnded(t, c.conn(t), sent, 40*testIdleTimeout)
 }
 
 func quietWatch(t *testing.T, c *testClient, proto int, release chan struct{}) {
