@@ -73,79 +73,73 @@ func (e *Env) startKarmada(ctx context.Context) error {
 		return err
 	}
 	kubeconfig := e.Kubeconfig(UserAdmin)
-	kcmPort, err := freePort()
+	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
-	e.karmadaProcs.kcm = &process{
-		name: "kube-controller-manager",
-		path: filepath.Join(e.opts.BinDir, "kube-controller-manager"),
-		args: []string{
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(kcmPort),
-			"--controllers=garbage-collector-controller,namespace-controller",
-			"--leader-elect=false",
-			"--v=1",
-		},
-		logPath: filepath.Join(e.logDir, "kube-controller-manager.log"),
-	}
-	cmHealth, err := freePort()
-	if err != nil {
-		return err
-	}
-	e.karmadaProcs.controllerManager = &process{
-		name: "karmada-controller-manager",
-		path: e.karmadaBinary(karmadaControllerManager),
-		args: []string{
-			"--kubeconfig=" + kubeconfig,
-			// The Karmada default is 10s; shorter keeps a member outage and
-			// its recovery visible within a test's patience.
-			"--cluster-status-update-frequency=" + clusterStatusUpdateFrequency.String(),
-			// Karmada waits 30s by default before it calls a member that stopped
-			// answering unhealthy.
-			"--cluster-failure-threshold=6s",
-			"--controllers=*,hpaScaleTargetMarker,deploymentReplicasSyncer",
-			"--leader-elect=false",
-			"--metrics-bind-address=0",
-			"--health-probe-bind-address=" + hostPort(cmHealth),
-			"--v=2",
-		},
-		logPath: filepath.Join(e.logDir, "karmada-controller-manager.log"),
-	}
-	schedHealth, err := freePort()
-	if err != nil {
-		return err
-	}
-	e.karmadaProcs.scheduler = &process{
-		name: "karmada-scheduler",
-		path: e.karmadaBinary(karmadaScheduler),
-		args: []string{
-			"--kubeconfig=" + kubeconfig,
-			"--enable-scheduler-estimator=false",
-			"--leader-elect=false",
-			"--metrics-bind-address=0",
-			"--health-probe-bind-address=" + hostPort(schedHealth),
-			"--v=2",
-		},
-		logPath: filepath.Join(e.logDir, "karmada-scheduler.log"),
-	}
-	for _, p := range []*process{e.karmadaProcs.kcm, e.karmadaProcs.controllerManager, e.karmadaProcs.scheduler} {
+	kcmPort, cmHealth, schedHealth := ports[0], ports[1], ports[2]
+	k := &e.karmadaProcs
+	k.kcm = e.newProcess("kube-controller-manager", filepath.Join(e.opts.BinDir, "kube-controller-manager"),
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(kcmPort),
+		"--controllers=garbage-collector-controller,namespace-controller",
+		"--leader-elect=false",
+		"--v=1",
+	)
+	k.controllerManager = e.newProcess("karmada-controller-manager", e.karmadaBinary(karmadaControllerManager),
+		"--kubeconfig="+kubeconfig,
+		// The Karmada default is 10s; shorter keeps a member outage and
+		// its recovery visible within a test's patience.
+		"--cluster-status-update-frequency="+clusterStatusUpdateFrequency.String(),
+		// Karmada waits 30s by default before it calls a member that
+		// stopped answering unhealthy.
+		"--cluster-failure-threshold=6s",
+		"--controllers=*,hpaScaleTargetMarker,deploymentReplicasSyncer",
+		"--leader-elect=false",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address="+hostPort(cmHealth),
+		"--v=2",
+	)
+	k.scheduler = e.newProcess("karmada-scheduler", e.karmadaBinary(karmadaScheduler),
+		"--kubeconfig="+kubeconfig,
+		"--enable-scheduler-estimator=false",
+		"--leader-elect=false",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address="+hostPort(schedHealth),
+		"--v=2",
+	)
+	for _, p := range []*process{k.kcm, k.controllerManager, k.scheduler} {
 		if err := p.start(); err != nil {
 			return err
 		}
 	}
-	for p, url := range map[*process]string{
-		e.karmadaProcs.controllerManager: "http://" + hostPort(cmHealth) + "/healthz",
-		e.karmadaProcs.scheduler:         "http://" + hostPort(schedHealth) + "/healthz",
-	} {
-		if err := e.waitHTTP(ctx, p, url, "", 60*time.Second); err != nil {
+	for p, port := range map[*process]int{k.controllerManager: cmHealth, k.scheduler: schedHealth} {
+		if err := e.waitHTTP(ctx, p, "http://"+hostPort(port)+"/healthz", "", 60*time.Second); err != nil {
 			return err
 		}
 	}
 	return e.joinMembers(ctx)
+}
+
+// newProcess is a child process logging to logs/<name>.log.
+func (e *Env) newProcess(name, path string, args ...string) *process {
+	return &process{name: name, path: path, args: args, logPath: filepath.Join(e.logDir, name+".log")}
+}
+
+// freePorts is freePort n times.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	return ports, nil
 }
 
 // clusterStatusUpdateFrequency is how often karmada-controller-manager
@@ -164,27 +158,19 @@ func (e *Env) startAggregatedAPIServer(ctx context.Context) error {
 		return err
 	}
 	kubeconfig := e.Kubeconfig(UserAdmin)
-	e.karmadaProcs.aggregated = &process{
-		name: "karmada-aggregated-apiserver",
-		path: e.karmadaBinary(karmadaAggregatedAPIServer),
-		args: []string{
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--etcd-servers=" + e.etcdURL,
-			// Karmada shares karmada-apiserver's etcd prefix.
-			"--etcd-prefix=/" + KarmadaName,
-			"--tls-cert-file=" + serving.CertFile,
-			"--tls-private-key-file=" + serving.KeyFile,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(port),
-			"--audit-log-path=-",
-			"--audit-log-maxage=0",
-			"--audit-log-maxbackup=0",
-			"--v=1",
-		},
-		logPath: filepath.Join(e.logDir, "karmada-aggregated-apiserver.log"),
-	}
+	e.karmadaProcs.aggregated = e.newProcess("karmada-aggregated-apiserver", e.karmadaBinary(karmadaAggregatedAPIServer),
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--etcd-servers="+e.etcdURL,
+		// Karmada shares karmada-apiserver's etcd prefix.
+		"--etcd-prefix=/"+KarmadaName,
+		"--tls-cert-file="+serving.CertFile,
+		"--tls-private-key-file="+serving.KeyFile,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--v=1",
+	)
 	if err := e.karmadaProcs.aggregated.start(); err != nil {
 		return err
 	}
@@ -270,22 +256,17 @@ func (e *Env) startWebhook(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.karmadaProcs.webhook = &process{
-		name: "karmada-webhook",
-		path: e.karmadaBinary(karmadaWebhook),
-		args: []string{
-			"--kubeconfig=" + e.Kubeconfig(UserAdmin),
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(port),
-			"--cert-dir=" + certDir,
-			"--tls-cert-file-name=" + filepath.Base(serving.CertFile),
-			"--tls-private-key-file-name=" + filepath.Base(serving.KeyFile),
-			"--metrics-bind-address=0",
-			"--health-probe-bind-address=0",
-			"--v=1",
-		},
-		logPath: filepath.Join(e.logDir, "karmada-webhook.log"),
-	}
+	e.karmadaProcs.webhook = e.newProcess("karmada-webhook", e.karmadaBinary(karmadaWebhook),
+		"--kubeconfig="+e.Kubeconfig(UserAdmin),
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+certDir,
+		"--tls-cert-file-name="+filepath.Base(serving.CertFile),
+		"--tls-private-key-file-name="+filepath.Base(serving.KeyFile),
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--v=1",
+	)
 	if err := e.karmadaProcs.webhook.start(); err != nil {
 		return err
 	}
