@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,9 +29,18 @@ func newHealth(synced func() bool, upstream *upstreamCheck) *health {
 
 func (h *health) shuttingDown() { h.stopping.Store(true) }
 
-func (h *health) mux(metrics http.Handler) http.Handler {
+func (h *health) mux(metrics http.Handler, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
+	if profiling {
+		// On the internal port only: a CPU profile of the deployed gateway
+		// is how its cost per request or per stream byte is found.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok"))
 	})

@@ -90,7 +90,7 @@ func TestReadyzFollowsKarmadaAPIServer(t *testing.T) {
 	synced := atomic.Bool{}
 	synced.Store(true)
 	h := newHealth(synced.Load, check)
-	mux := h.mux(http.NotFoundHandler())
+	mux := h.mux(http.NotFoundHandler(), false)
 
 	if code, body := get(t, mux, "/readyz"); code != 200 || body != "ok" {
 		t.Fatalf("ready upstream: %d %q", code, body)
@@ -159,7 +159,7 @@ func TestReadyzUnreachableAndHungUpstream(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			check := newUpstreamCheck(restClientFor(t, tc.host))
 			check.timeout = 100 * time.Millisecond
-			mux := newHealth(func() bool { return true }, check).mux(http.NotFoundHandler())
+			mux := newHealth(func() bool { return true }, check).mux(http.NotFoundHandler(), false)
 			start := time.Now()
 			code, body := get(t, mux, "/readyz")
 			if code != http.StatusServiceUnavailable || !strings.Contains(body, "karmada-apiserver not ready") {
@@ -238,5 +238,22 @@ func TestDrainRunsStepsTogether(t *testing.T) {
 	defer cancelShort()
 	if err := drain(short, drainStep{"labeler lease release", waitClosed(make(chan struct{}))}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("stuck labeler: %v", err)
+	}
+}
+
+func TestProfilingOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		profiling bool
+		want      int
+	}{
+		{false, http.StatusNotFound},
+		{true, http.StatusOK},
+	} {
+		mux := newHealth(func() bool { return true }, nil).mux(http.NotFoundHandler(), tc.profiling)
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
+			if code, _ := get(t, mux, path); code != tc.want {
+				t.Errorf("--profiling=%v: GET %s answered %d, want %d", tc.profiling, path, code, tc.want)
+			}
+		}
 	}
 }

@@ -145,7 +145,7 @@ func run(ctx context.Context, o *options) error {
 
 	health := newHealth(informers.HasSynced, newUpstreamCheck(kube.Discovery().RESTClient()))
 	metricsSrv := serving.NewServer(serving.ServerOptions{
-		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
+		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), o.profiling),
 		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       o.idleTimeout,
 	})

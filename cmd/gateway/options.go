@@ -39,6 +39,7 @@ type options struct {
 	maxStreamsPerClient int
 	enableServiceProxy  bool
 	mergeMemberEvents   bool
+	profiling           bool
 }
 
 // bindFlags registers every flag; the README's flag table mirrors this list.
@@ -50,6 +51,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "serving key (PEM) for the proxy")
 	fs.BoolVar(&o.insecureHTTP, "insecure-serve-http", false, "serve the proxy over plain HTTP instead of TLS (only behind a TLS-terminating hop you trust)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address for /metrics, /healthz and /readyz")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on the metrics address")
 	fs.StringVar(&o.authMode, "auth-mode", string(proxy.AuthPassthrough), "passthrough: callers' credentials go upstream unchanged; authorize: the gateway authenticates and authorizes callers and calls the cluster proxy as itself")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates (authorize mode)")
 	fs.DurationVar(&o.authCacheTTL, "auth-cache-ttl", 10*time.Second, "how long authorize-mode authentication and authorization results are cached")
