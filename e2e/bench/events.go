@@ -148,7 +148,7 @@ func (r *Runner) Events(ctx context.Context) (*Table, error) {
 			"added latency is, per event, arrival through the gateway minus arrival on the cluster proxy's watch. "+
 			"List: the pod's scoped events list (%d events in the member), %d interleaved rounds against each direct path: karmada-apiserver's list alone, which has none of "+
 			"them, and the member's list through the cluster proxy alone (what a patched executor would call); the gateway reads both, the member's side while karmada-apiserver answers.",
-			n, r.member, n+1, rounds),
+			n, r.member, n+1, rounds) + r.proxyNote("Direct path"),
 	}
 	t.Add("member events/s delivered", FormatRate(gRate, ""), FormatRate(dRate, ""), FormatRatio(Ratio(gRate, dRate)))
 	t.Add("added delivery latency p50", FormatDuration(Percentile(added, 50)), "", "")

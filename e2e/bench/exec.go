@@ -90,7 +90,7 @@ func (r *Runner) Exec(ctx context.Context) (*Table, error) {
 		Columns: []string{"measurement", "protocol", "gateway", "direct", "ratio", "target", "verdict"},
 		Note: fmt.Sprintf("Setup: %d sessions of `echo` per path, request to first stdout byte. Stdout: `head -c %s /dev/zero` ×%d per path; "+
 			"stdin: %s into `wc -c` ×%d per path; throughput over the whole session. Direct is the cluster proxy URL of the member (the gateway's upstream).",
-			r.Sizes.SetupSamples, FormatBytes(float64(r.Sizes.ExecBytes)), r.Sizes.ExecRounds, FormatBytes(float64(r.Sizes.StdinBytes)), r.Sizes.ExecRounds),
+			r.Sizes.SetupSamples, FormatBytes(float64(r.Sizes.ExecBytes)), r.Sizes.ExecRounds, FormatBytes(float64(r.Sizes.StdinBytes)), r.Sizes.ExecRounds) + r.proxyNote("Direct path"),
 	}
 	for _, proto := range protocols {
 		r.logf("exec setup over %s", proto)

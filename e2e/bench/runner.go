@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 // Sizes scales the measurements; Quick and Full are the two presets.
@@ -70,7 +75,8 @@ type Runner struct {
 	// Log receives progress lines; nil discards.
 	Log io.Writer
 
-	member string // the only cluster bench pods are placed on
+	member       string // the only cluster bench pods are placed on
+	clusterProxy string // what serves the direct path of rewritten routes, checked by Setup
 }
 
 // paths are the two clients a passthrough measurement compares.
@@ -125,6 +131,9 @@ func (r *Runner) rewrittenPaths(user string) (paths, error) {
 // unpropagated templates.
 func (r *Runner) Setup(ctx context.Context) error {
 	r.member = r.Env.Members()[0]
+	if err := r.checkClusterProxy(ctx); err != nil {
+		return err
+	}
 	policy := env.PropagationPolicy(env.Namespace, policyName, []string{r.member})
 	spec := policy.Object["spec"].(map[string]any)
 	spec["resourceSelectors"] = []any{map[string]any{
@@ -159,6 +168,50 @@ func (r *Runner) Setup(ctx context.Context) error {
 	}
 	r.logf("bench pods running on %s; creating %d pod templates for LIST", r.member, r.Sizes.ListPods)
 	return createPods(ctx, admin, "bench-list", r.Sizes.ListPods, map[string]string{listLabel: "true"})
+}
+
+// checkClusterProxy proves that the direct path of rewritten routes is
+// Karmada's own aggregated apiserver: karmada-apiserver hands
+// cluster.karmada.io to it only through this APIService, so one that is not
+// backed by its Service, or not Available, would make every "direct" column
+// measure something else.
+func (r *Runner) checkClusterProxy(ctx context.Context) error {
+	dyn, err := dynamic.NewForConfig(r.Env.KarmadaConfig(env.UserAdmin))
+	if err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	const name = "v1alpha1.cluster.karmada.io"
+	svc, err := dyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("cluster proxy APIService: %w", err)
+	}
+	backend, _, _ := unstructured.NestedString(svc.Object, "spec", "service", "name")
+	if backend != "karmada-aggregated-apiserver" {
+		return fmt.Errorf("APIService %s is served by %q, not karmada-aggregated-apiserver: the direct path would not be Karmada's cluster proxy", name, backend)
+	}
+	conditions, _, _ := unstructured.NestedSlice(svc.Object, "status", "conditions")
+	available := slices.ContainsFunc(conditions, func(c any) bool {
+		m, _ := c.(map[string]any)
+		return m["type"] == "Available" && m["status"] == "True"
+	})
+	if !available {
+		return fmt.Errorf("APIService %s is not Available", name)
+	}
+	r.clusterProxy = fmt.Sprintf("karmada-aggregated-apiserver %s cluster proxy (%s, APIService %s)",
+		r.Env.KarmadaCommit(), karmada.ClusterProxyPath(r.member, ""), name)
+	return nil
+}
+
+// DirectPath says what the direct column of rewritten routes went through,
+// for the run's Method lines; "" before Setup.
+func (r *Runner) DirectPath() string { return r.clusterProxy }
+
+// proxyNote is the sentence a table's note ends with where Karmada's
+// cluster proxy is in the measurement, as the direct column or as the
+// gateway's upstream (role).
+func (r *Runner) proxyNote(role string) string {
+	return " " + role + ": " + r.clusterProxy + "."
 }
 
 // createPods creates n unpropagated pod templates named prefix-i with

@@ -125,7 +125,7 @@ func (r *Runner) Sessions(ctx context.Context) (*Table, error) {
 		Columns: []string{"measurement", "value", "target", "verdict"},
 		Note: fmt.Sprintf("Sessions are `cat` over SPDY, each proven live by an echo, opened 20 at a time (all live after %s). "+
 			"RSS and CPU are the gateway process's own (process_resident_memory_bytes, process_cpu_seconds_total on its metrics port); "+
-			"RSS peak is sampled every second.", opened.Round(time.Millisecond)),
+			"RSS peak is sampled every second.", opened.Round(time.Millisecond)) + r.proxyNote("The gateway's upstream"),
 	}
 	t.Add("gateway RSS before", FormatBytes(rssBefore), "", "")
 	t.Add("gateway RSS peak while held", FormatBytes(rssPeak), "< 200 MiB", string(AtMost(rssPeak, sessionsRSSLimit-1)))

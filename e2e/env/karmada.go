@@ -58,6 +58,17 @@ func (e *Env) karmadaBinary(name string) string {
 	return filepath.Join(e.opts.BinDir, "karmada", name)
 }
 
+// KarmadaCommit is the pinned Karmada commit the binaries were built from
+// (BinDir/karmada/COMMIT, written by hack/build-karmada.sh), so reports can
+// say which Karmada they measured; "unknown" when the stamp is missing.
+func (e *Env) KarmadaCommit() string {
+	b, err := os.ReadFile(filepath.Join(e.opts.BinDir, "karmada", "COMMIT"))
+	if c := strings.TrimSpace(string(b)); err == nil && c != "" {
+		return c
+	}
+	return "unknown"
+}
+
 // startKarmada runs Karmada's control plane against karmada-apiserver as
 // Karmada's own installers lay it out: the aggregated apiserver behind an
 // APIService and an ExternalName Service, the webhook (without which

@@ -85,6 +85,7 @@ func run(quick bool, only, out string, verbose bool) int {
 			e.WriteLogTails(os.Stderr, 40)
 			return 1
 		}
+		fmt.Fprintf(w, "Direct path for passthrough: karmada-apiserver; for rewritten routes: %s.\n\n", r.DirectPath())
 		errs = append(errs, bench.RunSections(ctx, r, sections, w)...)
 		if len(errs) > 0 {
 			e.WriteLogTails(os.Stderr, 40)
