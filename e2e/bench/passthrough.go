@@ -79,13 +79,13 @@ func (r *Runner) Passthrough(ctx context.Context) (*Table, error) {
 			)
 			g, d := Interleave(r.Sizes.Rounds,
 				func() Load {
-					_, before, err := r.gatewayProcess(ctx)
+					before, err := r.gatewayProcess(ctx)
 					l := RunLoad(ctx, c, r.Sizes.RoundDuration, op.call(gw))
-					_, after, err2 := r.gatewayProcess(ctx)
+					after, err2 := r.gatewayProcess(ctx)
 					if e := eitherErr(err, err2); e != nil {
 						cpuErr = e
 					} else {
-						gwCPU += after - before
+						gwCPU += after.cpu - before.cpu
 					}
 					return l
 				},

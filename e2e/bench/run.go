@@ -26,6 +26,8 @@ var Sections = []Section{
 	{Name: "logs", NeedsEnv: true, Run: (*Runner).Logs},
 	{Name: "events", NeedsEnv: true, Run: (*Runner).Events},
 	{Name: "labeler", NeedsEnv: true, Run: (*Runner).Labeler},
+	{Name: "scale-pods", Run: (*Runner).ScalePods},
+	{Name: "scale-streams", NeedsEnv: true, Run: (*Runner).ScaleStreams},
 }
 
 // RunSections runs the sections named in only (all when empty) that fit r:

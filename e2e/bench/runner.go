@@ -38,6 +38,9 @@ type Sizes struct {
 	ResolverPods  []int         // pods (with bindings) in the resolver caches
 	LabelerRates  []int         // new pods per second
 	LabelerFor    time.Duration // how long pods are created at each rate
+	ScalePods     []int         // pods (with bindings) the scale section loads
+	ScaleStreams  []int         // concurrent exec sessions the scale section holds
+	ScaleHold     time.Duration // how long each ScaleStreams size is held
 }
 
 // Quick checks that every measurement works, in about a minute.
@@ -46,6 +49,7 @@ var Quick = Sizes{
 	ListPods: 100, SetupSamples: 5, ExecBytes: 16 << 20, ExecRounds: 1, StdinBytes: 16 << 20,
 	Sessions: 20, HoldFor: 3 * time.Second, LogLines: 50, LogBytes: 4 << 20, MemberEvents: 50,
 	ResolverPods: []int{1000, 10000}, LabelerRates: []int{20, 100}, LabelerFor: time.Second,
+	ScalePods: []int{1000, 10000}, ScaleStreams: []int{10, 50}, ScaleHold: 2 * time.Second,
 }
 
 // Full is what docs/benchmarks.md reports.
@@ -54,6 +58,7 @@ var Full = Sizes{
 	ListPods: 1000, SetupSamples: 40, ExecBytes: 1 << 30, ExecRounds: 1, StdinBytes: 256 << 20,
 	Sessions: 200, HoldFor: 60 * time.Second, LogLines: 300, LogBytes: 64 << 20, MemberEvents: 500,
 	ResolverPods: []int{10000, 100000}, LabelerRates: []int{20, 100}, LabelerFor: 5 * time.Second,
+	ScalePods: []int{1000, 10000, 100000}, ScaleStreams: []int{10, 100, 1000}, ScaleHold: 15 * time.Second,
 }
 
 // Names of the objects the runner creates in env.Namespace.
@@ -74,6 +79,8 @@ type Runner struct {
 	Sizes Sizes
 	// Log receives progress lines; nil discards.
 	Log io.Writer
+	// SVGDir, when set, receives the scale sections' charts.
+	SVGDir string
 
 	member       string // the only cluster bench pods are placed on
 	clusterProxy string // what serves the direct path of rewritten routes, checked by Setup
@@ -237,28 +244,35 @@ func createPods(ctx context.Context, client kubernetes.Interface, prefix string,
 	return nil
 }
 
+// procSample is one scrape of the gateway's process and Go metrics.
+type procSample struct {
+	rss  float64 // process_resident_memory_bytes
+	cpu  float64 // process_cpu_seconds_total
+	heap float64 // go_memstats_heap_alloc_bytes: live and not yet collected
+}
+
 // gatewayProcess reads the gateway's own process metrics (the Prometheus
-// process collector: RSS and CPU seconds of the gateway's PID).
-func (r *Runner) gatewayProcess(ctx context.Context) (rss, cpuSeconds float64, err error) {
+// process and Go collectors of the gateway's PID).
+func (r *Runner) gatewayProcess(ctx context.Context) (procSample, error) {
 	client, err := r.metricsClient()
 	if err != nil {
-		return 0, 0, err
+		return procSample{}, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.Env.GatewayMetricsURL()+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return procSample{}, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("scrape gateway metrics: %w", err)
+		return procSample{}, fmt.Errorf("scrape gateway metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("scrape gateway metrics: %s", resp.Status)
+		return procSample{}, fmt.Errorf("scrape gateway metrics: %s", resp.Status)
 	}
-	values, err := parseGauges(resp.Body, "process_resident_memory_bytes", "process_cpu_seconds_total")
+	v, err := parseGauges(resp.Body, "process_resident_memory_bytes", "process_cpu_seconds_total", "go_memstats_heap_alloc_bytes")
 	if err != nil {
-		return 0, 0, err
+		return procSample{}, err
 	}
-	return values[0], values[1], nil
+	return procSample{rss: v[0], cpu: v[1], heap: v[2]}, nil
 }

@@ -8,33 +8,63 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 )
 
-const sessionsRSSLimit = 200 << 20 // 200 concurrent streams under 200 MiB RSS
+const (
+	sessionsRSSLimit = 200 << 20 // 200 concurrent streams under 200 MiB RSS
+	// sessionBurst is how many sessions are being opened at once, as a
+	// burst of users would.
+	sessionBurst = 20
+	// sessionOpenTimeout bounds the wait for a session that neither opens
+	// nor fails, so a stuck one is reported rather than hanging the run.
+	sessionOpenTimeout = 3 * time.Minute
+)
 
-// Sessions holds Sizes.Sessions exec sessions (`cat`, SPDY) open through the
-// gateway for Sizes.HoldFor, each proven live by an echo, and reports the
-// gateway's RSS and CPU from its process metrics.
-func (r *Runner) Sessions(ctx context.Context) (*Table, error) {
-	p, err := r.rewrittenPaths(env.UserExecOnly)
+// sessionLoad is what holding n exec sessions open cost the gateway.
+type sessionLoad struct {
+	n, opened            int
+	openErr              error // the first session that could not be opened; nil when all were
+	openTime             time.Duration
+	held                 time.Duration
+	ended                int // sessions that ended during the hold
+	rssBefore, rssPeak   float64
+	heapBefore, heapPeak float64
+	cpuOpen              float64 // core-seconds from before the first session to all open
+	cpuHeld              float64 // core-seconds during the hold
+}
+
+// cores is the CPU the held sessions kept busy.
+func (l sessionLoad) cores() float64 { return l.cpuHeld / l.held.Seconds() }
+
+// holdSessions opens n exec sessions (`cat`, SPDY) with cfg, each proven
+// live by an echo, holds the ones that opened for holdFor while sampling the
+// gateway's RSS and heap every second, then closes them. Sessions that could
+// not be opened are counted in the result, not returned as an error: how far
+// it got is the measurement. Only a failed metrics scrape is an error.
+func (r *Runner) holdSessions(ctx context.Context, cfg *rest.Config, n int, holdFor time.Duration) (sessionLoad, error) {
+	l := sessionLoad{n: n}
+	before, err := r.gatewayProcess(ctx)
 	if err != nil {
-		return nil, err
+		return l, err
 	}
-	rssBefore, cpuBefore, err := r.gatewayProcess(ctx)
-	if err != nil {
-		return nil, err
-	}
-	n := r.Sizes.Sessions
+	l.rssBefore, l.heapBefore = before.rss, before.heap
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type session struct {
 		in   *io.PipeWriter
 		done chan error
+		live bool
+	}
+	type opened struct {
+		i   int
+		err error
 	}
 	sessions := make([]*session, n)
-	live := make(chan error, n)
-	sem := make(chan struct{}, 20) // open 20 at a time, as a burst of users would
+	live := make(chan opened, n)
+	sem := make(chan struct{}, sessionBurst)
 	r.logf("opening %d exec sessions through the gateway", n)
 	openStart := time.Now()
 	for i := range n {
@@ -44,66 +74,87 @@ func (r *Runner) Sessions(ctx context.Context) (*Table, error) {
 		sessions[i] = s
 		go func() {
 			sem <- struct{}{}
-			err := execSession(ctx, p.gateway, "SPDY", []string{"cat"}, inR, outW)
+			err := execSession(ctx, cfg, "SPDY", []string{"cat"}, inR, outW)
+			// A session refused before it read stdin would leave its echo
+			// blocked in the write for good.
+			inR.CloseWithError(fmt.Errorf("session ended: %v", err))
 			outW.CloseWithError(fmt.Errorf("session ended: %v", err))
 			s.done <- err
 		}()
 		go func() {
 			err := echo(inW, outR, i)
 			<-sem // this session is open (or failed): let the next one start
-			live <- err
+			live <- opened{i, err}
 			_, _ = io.Copy(io.Discard, outR)
 		}()
 	}
+	deadline := time.NewTimer(sessionOpenTimeout)
+	defer deadline.Stop()
+wait:
 	for range n {
-		if err := <-live; err != nil {
-			return nil, fmt.Errorf("open %d sessions: %w", n, err)
+		select {
+		case o := <-live:
+			if o.err != nil {
+				if l.openErr == nil {
+					l.openErr = fmt.Errorf("session %d: %w", o.i, o.err)
+				}
+				continue
+			}
+			sessions[o.i].live = true
+			l.opened++
+		case <-deadline.C:
+			l.openErr = fmt.Errorf("%d sessions neither opened nor failed within %s", n-l.opened, sessionOpenTimeout)
+			break wait
+		case <-ctx.Done():
+			return l, ctx.Err()
 		}
 	}
-	opened := time.Since(openStart)
-	r.logf("%d sessions live after %s; holding for %s", n, opened.Round(time.Millisecond), r.Sizes.HoldFor)
+	l.openTime = time.Since(openStart)
+	r.logf("%d of %d sessions live after %s; holding for %s", l.opened, n, l.openTime.Round(time.Millisecond), holdFor)
 
-	rssPeak := 0.0
-	_, cpuHoldStart, err := r.gatewayProcess(ctx)
+	holdStart, err := r.gatewayProcess(ctx)
 	if err != nil {
-		return nil, err
+		return l, err
 	}
-	holdStart := time.Now()
+	l.cpuOpen = holdStart.cpu - before.cpu
+	l.rssPeak, l.heapPeak = holdStart.rss, holdStart.heap
+	held := time.Now()
 	tick := time.NewTicker(time.Second)
-	var sampleErr error
-	for time.Since(holdStart) < r.Sizes.HoldFor {
-		rss, _, err := r.gatewayProcess(ctx)
-		if err != nil {
-			sampleErr = err
-			break
-		}
-		rssPeak = max(rssPeak, rss)
+	for time.Since(held) < holdFor {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			tick.Stop()
+			return l, ctx.Err()
 		case <-tick.C:
 		}
+		s, err := r.gatewayProcess(ctx)
+		if err != nil {
+			tick.Stop()
+			return l, err
+		}
+		l.rssPeak, l.heapPeak = max(l.rssPeak, s.rss), max(l.heapPeak, s.heap)
 	}
 	tick.Stop()
-	if sampleErr != nil {
-		return nil, sampleErr
-	}
-	rssEnd, cpuHoldEnd, err := r.gatewayProcess(ctx)
+	end, err := r.gatewayProcess(ctx)
 	if err != nil {
-		return nil, err
+		return l, err
 	}
-	rssPeak = max(rssPeak, rssEnd)
-	held := time.Since(holdStart)
+	l.held = time.Since(held)
+	l.cpuHeld = end.cpu - holdStart.cpu
+	l.rssPeak, l.heapPeak = max(l.rssPeak, end.rss), max(l.heapPeak, end.heap)
 
-	// Every session must still be open at the end of the hold.
-	var ended int
 	for _, s := range sessions {
+		if !s.live {
+			continue
+		}
 		select {
 		case <-s.done:
-			ended++
+			l.ended++
 		default:
 		}
 	}
+	// Closing stdin ends cat; waiting for it keeps this run's sessions from
+	// being counted in the next measurement's RSS.
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		_ = s.in.Close()
@@ -115,23 +166,40 @@ func (r *Runner) Sessions(ctx context.Context) (*Table, error) {
 		})
 	}
 	wg.Wait()
-	if ended > 0 {
-		return nil, fmt.Errorf("%d of %d sessions ended during the hold", ended, n)
-	}
+	return l, nil
+}
 
-	cpu := (cpuHoldEnd - cpuHoldStart) / held.Seconds()
-	t := &Table{
-		Title:   fmt.Sprintf("%d concurrent exec sessions through the gateway, held %s", n, held.Round(time.Second)),
-		Columns: []string{"measurement", "value", "target", "verdict"},
-		Note: fmt.Sprintf("Sessions are `cat` over SPDY, each proven live by an echo, opened 20 at a time (all live after %s). "+
-			"RSS and CPU are the gateway process's own (process_resident_memory_bytes, process_cpu_seconds_total on its metrics port); "+
-			"RSS peak is sampled every second.", opened.Round(time.Millisecond)) + r.proxyNote("The gateway's upstream"),
+// Sessions holds Sizes.Sessions exec sessions (`cat`, SPDY) open through the
+// gateway for Sizes.HoldFor, each proven live by an echo, and reports the
+// gateway's RSS and CPU from its process metrics.
+func (r *Runner) Sessions(ctx context.Context) (*Table, error) {
+	p, err := r.rewrittenPaths(env.UserExecOnly)
+	if err != nil {
+		return nil, err
 	}
-	t.Add("gateway RSS before", FormatBytes(rssBefore), "", "")
-	t.Add("gateway RSS peak while held", FormatBytes(rssPeak), "< 200 MiB", string(AtMost(rssPeak, sessionsRSSLimit-1)))
-	t.Add("gateway RSS per session (peak − before)", FormatBytes((rssPeak-rssBefore)/float64(n)), "", "")
-	t.Add("gateway CPU while held (idle streams)", fmt.Sprintf("%.3f cores", cpu), "", "")
-	t.Add("gateway CPU opening the sessions", fmt.Sprintf("%.2f core-seconds", cpuHoldStart-cpuBefore), "", "")
+	n := r.Sizes.Sessions
+	l, err := r.holdSessions(ctx, p.gateway, n, r.Sizes.HoldFor)
+	if err != nil {
+		return nil, err
+	}
+	if l.openErr != nil {
+		return nil, fmt.Errorf("open %d sessions: %w", n, l.openErr)
+	}
+	if l.ended > 0 {
+		return nil, fmt.Errorf("%d of %d sessions ended during the hold", l.ended, n)
+	}
+	t := &Table{
+		Title:   fmt.Sprintf("%d concurrent exec sessions through the gateway, held %s", n, l.held.Round(time.Second)),
+		Columns: []string{"measurement", "value", "target", "verdict"},
+		Note: fmt.Sprintf("Sessions are `cat` over SPDY, each proven live by an echo, opened %d at a time (all live after %s). "+
+			"RSS and CPU are the gateway process's own (process_resident_memory_bytes, process_cpu_seconds_total on its metrics port); "+
+			"RSS peak is sampled every second.", sessionBurst, l.openTime.Round(time.Millisecond)) + r.proxyNote("The gateway's upstream"),
+	}
+	t.Add("gateway RSS before", FormatBytes(l.rssBefore), "", "")
+	t.Add("gateway RSS peak while held", FormatBytes(l.rssPeak), "< 200 MiB", string(AtMost(l.rssPeak, sessionsRSSLimit-1)))
+	t.Add("gateway RSS per session (peak − before)", FormatBytes((l.rssPeak-l.rssBefore)/float64(n)), "", "")
+	t.Add("gateway CPU while held (idle streams)", fmt.Sprintf("%.3f cores", l.cores()), "", "")
+	t.Add("gateway CPU opening the sessions", fmt.Sprintf("%.2f core-seconds", l.cpuOpen), "", "")
 	return t, nil
 }
 

@@ -38,6 +38,9 @@ const (
 	Met      Verdict = "met"
 	Missed   Verdict = "**missed**"
 	NoTarget Verdict = ""
+	// NotMeasured is a target whose figure could not be taken at its size;
+	// the row says what stopped it.
+	NotMeasured Verdict = "not measured"
 )
 
 // AtMost is Met when v <= limit. A NaN (nothing measured) is Missed.
@@ -146,12 +149,18 @@ func FormatRate(perSecond float64, unit string) string {
 	if unit == "B" {
 		return FormatBytes(perSecond) + "/s"
 	}
+	return formatCount(perSecond) + unit + "/s"
+}
+
+// formatCount prints v with three significant figures and a k or M
+// multiplier: 10, 1k, 1.23M.
+func formatCount(v float64) string {
 	switch {
-	case perSecond >= 1e6:
-		return fmt.Sprintf("%.3gM%s/s", perSecond/1e6, unit)
-	case perSecond >= 1e3:
-		return fmt.Sprintf("%.3gk%s/s", perSecond/1e3, unit)
+	case v >= 1e6:
+		return fmt.Sprintf("%.3gM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.3gk", v/1e3)
 	default:
-		return fmt.Sprintf("%.3g%s/s", perSecond, unit)
+		return fmt.Sprintf("%.3g", v)
 	}
 }

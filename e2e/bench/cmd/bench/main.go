@@ -25,8 +25,9 @@ func main() {
 	only := flag.String("only", "", "comma-separated sections to run (default all): "+sectionNames())
 	out := flag.String("out", "", "also write the tables to this file")
 	verbose := flag.Bool("v", false, "print environment startup steps")
+	svgDir := flag.String("svg-dir", "", "write the scale sections' charts (scale-pods.svg, scale-streams.svg) to this directory")
 	flag.Parse()
-	os.Exit(run(*quick, *only, *out, *verbose))
+	os.Exit(run(*quick, *only, *out, *svgDir, *verbose))
 }
 
 func sectionNames() string {
@@ -37,7 +38,7 @@ func sectionNames() string {
 	return strings.Join(names, ",")
 }
 
-func run(quick bool, only, out string, verbose bool) int {
+func run(quick bool, only, out, svgDir string, verbose bool) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -61,9 +62,9 @@ func run(quick bool, only, out string, verbose bool) int {
 	}
 	fmt.Fprintf(w, "Run %s (%s sizes), %d CPUs (%s), %s.\n\n", time.Now().UTC().Format(time.RFC3339), preset, runtime.NumCPU(), cpuModel(), runtime.Version())
 
-	r := &bench.Runner{Sizes: sizes, Log: os.Stderr}
+	r := &bench.Runner{Sizes: sizes, Log: os.Stderr, SVGDir: svgDir}
 	// In-process sections first, before the environment's goroutines exist.
-	inProcess := &bench.Runner{Sizes: sizes, Log: os.Stderr}
+	inProcess := &bench.Runner{Sizes: sizes, Log: os.Stderr, SVGDir: svgDir}
 	errs := bench.RunSections(ctx, inProcess, sections, w)
 
 	if needsEnv(sections) {
