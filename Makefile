@@ -71,10 +71,12 @@ demo: tools
 	cd e2e && $(GO) run ./cmd/e2e-env
 
 ## bench: gateway vs direct paths on the e2e environment, printed as Markdown
-## tables of figures and ratios (BENCH_FLAGS=-quick for a short check). It
-## reports targets met or missed and never fails on a number.
+## tables of figures and ratios (BENCH_FLAGS=-quick for a short check,
+## BENCH_FLAGS=-only=scale-pods,scale-streams for the scale sections alone).
+## BENCH_SVG_DIR=docs also redraws docs/scale-pods.svg and docs/scale-streams.svg
+## (-svg-dir). It reports targets met or missed and never fails on a number.
 bench: tools
-	cd e2e && $(GO) run ./bench/cmd/bench $(BENCH_FLAGS)
+	cd e2e && $(GO) run ./bench/cmd/bench $(if $(BENCH_SVG_DIR),-svg-dir=$(abspath $(BENCH_SVG_DIR))) $(BENCH_FLAGS)
 
 ## chart: lint and render the Helm chart and assert on it (no cluster needed).
 chart: $(BIN)/helm shellcheck
