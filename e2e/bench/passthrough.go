@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -12,10 +13,12 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 )
 
-// Passthrough targets from the issue.
+// Passthrough targets from issue #15.
 const (
-	passthroughP50Limit = 1.10 // gateway p50 at most 10% above direct
+	passthroughP50Limit = 1.05 // gateway p50 at most 5% above direct
 	passthroughRPSFloor = 0.95 // gateway keeps at least 95% of direct req/s
+	// passthroughGETCPULimit is the gateway's CPU per proxied GET.
+	passthroughGETCPULimit = 100 * time.Microsecond
 )
 
 // Passthrough measures GET of one pod and LIST of ListPods pods through the
@@ -96,22 +99,29 @@ func (r *Runner) Passthrough(ctx context.Context) (*Table, error) {
 			if err := d.Err(); err != nil {
 				return nil, fmt.Errorf("%s direct: %w", op.name, err)
 			}
-			cpuPerReq := "n/a"
+			cpuPerReq, cpu := "n/a", math.NaN()
 			if cpuErr == nil {
-				cpuPerReq = FormatDuration(time.Duration(gwCPU / float64(len(g.Latencies)) * 1e9))
+				cpu = gwCPU / float64(len(g.Latencies)) * 1e9
+				cpuPerReq = FormatDuration(time.Duration(cpu))
 			}
 			gp50, dp50 := Percentile(g.Latencies, 50), Percentile(d.Latencies, 50)
 			p50Ratio := Ratio(float64(gp50), float64(dp50))
 			rpsRatio := Ratio(g.PerSecond(), d.PerSecond())
-			verdict := Met
+			target, verdict := "p50 ≤ 1.05×, req/s ≥ 0.95×", Met
 			if AtMost(p50Ratio, passthroughP50Limit) == Missed || AtLeast(rpsRatio, passthroughRPSFloor) == Missed {
 				verdict = Missed
+			}
+			if op.name == "GET pod" {
+				target += ", CPU/req ≤ 100µs"
+				if AtMost(cpu, float64(passthroughGETCPULimit)) == Missed {
+					verdict = Missed
+				}
 			}
 			row := []string{op.name, strconv.Itoa(c),
 				FormatDuration(gp50), FormatDuration(dp50), FormatRatio(p50Ratio),
 				FormatDuration(Percentile(g.Latencies, 99)), FormatDuration(Percentile(d.Latencies, 99)),
 				FormatRate(g.PerSecond(), ""), FormatRate(d.PerSecond(), ""), FormatRatio(rpsRatio), cpuPerReq,
-				"p50 ≤ 1.10×, req/s ≥ 0.95×", string(verdict)}
+				target, string(verdict)}
 			if g.Errors+d.Errors > 0 {
 				row[len(row)-1] += fmt.Sprintf(" (errors: gateway %d, direct %d)", g.Errors, d.Errors)
 			}
