@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -384,13 +385,29 @@ func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster s
 
 // readMemberEvents lists the member's events for the pod through the
 // cluster proxy, as memberIdentity says.
+//
+// It asks for protobuf first: decoding a member's events from JSON was most
+// of a merged list's cost, and kube-apiserver serves core types in protobuf
+// through the cluster proxy, which passes Accept on. A member that answers
+// JSON all the same is decoded from JSON.
 func (p *Proxy) readMemberEvents(ctx context.Context, em *eventsMerge, cluster string) (*corev1.EventList, error) {
-	var list corev1.EventList
-	if err := p.getJSON(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), &list); err != nil {
+	body, err := p.read(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), protobufOrJSON)
+	if err != nil {
 		return nil, err
+	}
+	var list corev1.EventList
+	if _, _, err := memberEventsDecoder.Decode(body, nil, &list); err != nil {
+		return nil, fmt.Errorf("decoding the member's events: %w", err)
 	}
 	return &list, nil
 }
+
+// protobufOrJSON is client-go's own Accept for core types.
+const protobufOrJSON = "application/vnd.kubernetes.protobuf,application/json"
+
+// memberEventsDecoder decodes an EventList from protobuf or JSON, whichever
+// the member answered, without conversion.
+var memberEventsDecoder = scheme.Codecs.UniversalDeserializer()
 
 // readTemplate reads the pod template the request is about. A nil pod and
 // no error mean the caller pinned another incarnation's UID: the member's
@@ -474,25 +491,40 @@ func (p *Proxy) passthroughIdentity(ctx context.Context, r *http.Request) (upstr
 }
 
 func (p *Proxy) getJSON(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery string, into any) error {
-	res, err := p.get(ctx, r, as, pathAndQuery)
+	body, err := p.read(ctx, r, as, pathAndQuery, "application/json")
 	if err != nil {
 		return err
+	}
+	return json.Unmarshal(body, into)
+}
+
+// read GETs pathAndQuery as get does, asking for accept, and returns the
+// body of a 200 answer; any other answer is an error with its message.
+func (p *Proxy) read(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery, accept string) ([]byte, error) {
+	res, err := p.getAccepting(ctx, r, as, pathAndQuery, accept)
+	if err != nil {
+		return nil, err
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %d: %s", res.StatusCode, statusMessage(body))
+		return nil, fmt.Errorf("HTTP %d: %s", res.StatusCode, statusMessage(body))
 	}
-	return json.Unmarshal(body, into)
+	return body, nil
 }
 
 // get sends a GET for pathAndQuery below the upstream on r's behalf, as as
 // says, asking for JSON. The client's headers are copied but for hop-by-hop
 // ones and Accept-Encoding (the gateway reads the body itself).
 func (p *Proxy) get(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery string) (*http.Response, error) {
+	return p.getAccepting(ctx, r, as, pathAndQuery, "application/json")
+}
+
+// getAccepting is get asking for accept.
+func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery, accept string) (*http.Response, error) {
 	if as.authorize != nil {
 		if err := as.authorize(ctx); err != nil {
 			return nil, err
@@ -507,7 +539,7 @@ func (p *Proxy) get(ctx context.Context, r *http.Request, as upstreamIdentity, p
 	for _, h := range []string{"Connection", "Upgrade", "Te", "Trailer", "Transfer-Encoding", "Keep-Alive", "Proxy-Connection", "Accept-Encoding", "Content-Length"} {
 		req.Header.Del(h)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	if as.editHeader != nil {
 		as.editHeader(req.Header)
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,6 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -30,6 +34,9 @@ const (
 // behind it: events lists, the pod template, and the member's events.
 type eventsUpstream struct {
 	memberCode int // 0 = 200
+	// memberJSONOnly answers the member's events in JSON even when
+	// protobuf is asked for first, as a member without protobuf would.
+	memberJSONOnly bool
 
 	mu   sync.Mutex
 	reqs []*http.Request
@@ -69,14 +76,20 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, u.memberCode, forbiddenStatus())
 			return
 		}
-		writeJSON(w, http.StatusOK, &corev1.EventList{
+		list := &corev1.EventList{
 			ListMeta: metav1.ListMeta{ResourceVersion: "99"},
 			Items: []corev1.Event{{
 				ObjectMeta:     metav1.ObjectMeta{Name: "build.1", Namespace: "ci", ResourceVersion: "98"},
 				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "build", Namespace: "ci", UID: memberUID},
 				Reason:         "Failed", Message: "ErrImagePull",
 			}},
-		})
+		}
+		if strings.HasPrefix(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) && !u.memberJSONOnly {
+			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+			_ = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(list, w)
+			return
+		}
+		writeJSON(w, http.StatusOK, list)
 	default:
 		http.NotFound(w, r)
 	}
@@ -300,6 +313,35 @@ func TestEventsNotMerged(t *testing.T) {
 			reqs := up.requests()
 			if rec.Code != http.StatusOK || rec.Body.String() != "ok" || len(reqs) != 1 || reqs[0].RequestURI != target || reqs[0].Method != tc.method {
 				t.Fatalf("not passed through: code %d body %q requests %+v", rec.Code, rec.Body, reqs)
+			}
+		})
+	}
+}
+
+// TestMemberEventsReadAsProtobuf: the member's side of a merged list is
+// asked for in protobuf first (decoding JSON was most of a merge's cost),
+// and a member that answers JSON all the same is merged just as well.
+func TestMemberEventsReadAsProtobuf(t *testing.T) {
+	for _, jsonOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("member answers JSON only: %v", jsonOnly), func(t *testing.T) {
+			up := &eventsUpstream{memberJSONOnly: jsonOnly}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), http.Header{"Authorization": {"Bearer caller-token"}}, ""))
+			var list corev1.EventList
+			if err := json.Unmarshal(rec.Body.Bytes(), &list); rec.Code != http.StatusOK || err != nil {
+				t.Fatalf("merged list: %d %s (%v)", rec.Code, rec.Body, err)
+			}
+			if rec.Header().Get("Warning") != "" || len(list.Items) != 2 || list.Items[1].Name != testCluster+".build.1" || list.Items[1].InvolvedObject.UID != templateUID {
+				t.Fatalf("merged list lacks the member's event, rewritten: %+v (Warning %q)", list.Items, rec.Header().Get("Warning"))
+			}
+			memberPath := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+			for _, r := range up.requests() {
+				if r.URL.Path == memberPath && r.Header.Get("Accept") != protobufOrJSON {
+					t.Errorf("member's events asked for with Accept %q, want %q", r.Header.Get("Accept"), protobufOrJSON)
+				}
 			}
 		})
 	}
