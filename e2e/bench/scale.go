@@ -36,7 +36,7 @@ func (r *Runner) ScalePods(context.Context) (*Table, error) {
 			"through the gateway's own informer transform (TrimPod, TrimBinding), added to informer stores with the production " +
 			"spec.resource index, then Resolver.Resolve timed with testing.Benchmark. Go heap is the live heap after GC the stores added; " +
 			"RSS growth is this process's VmRSS after minus before (memory freed by earlier sizes returned first); CPU to load is this process's " +
-			"user+system time to build each object (standing in for decoding it), transform it and store it, GC included.",
+			"user+system time to build each object (in place of decoding it), transform it and store it, GC included.",
 	}
 	var heap, rss, xs []float64
 	for _, n := range r.Sizes.ScalePods {
