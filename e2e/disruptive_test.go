@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -124,6 +125,12 @@ func testAuthModes(t *testing.T) {
 	expectExec(t, "authorize", env.UserExecKarmadaOnly, pod)
 	expectExec(t, "authorize", env.UserExecGroupUnbound, pod)
 	expectSubprotocolTokenExec(t, "authorize", env.UserExecKarmadaOnly, pod)
+	// kube-apiserver checks a POST of pods/log as create, which exec-only
+	// may not: the refusal is the caller's, never the gateway's identity's.
+	logPost := rawStatus(t, http.MethodPost, testEnv.GatewayURL()+"/api/v1/namespaces/"+env.Namespace+"/pods/"+pod+"/log", testEnv.Token(env.UserExecOnly))
+	if want := fmt.Sprintf(`User %q cannot create resource "pods/log"`, env.UserExecOnly); logPost.Code != http.StatusForbidden || !strings.Contains(logPost.Message, want) {
+		t.Errorf("authorize mode: POST pods/%s/log as %s: %+v, want a 403 %q", pod, env.UserExecOnly, logPost, want)
+	}
 	expectExec(t, "authorize", env.UserExecOnly, pod)
 	expectForbidden(t, "authorize", env.UserNoExec, pod)
 }
