@@ -92,16 +92,6 @@ func (b *CachedBinding) CandidateClusters() iter.Seq[string] {
 	return candidateClusters(b.Spec.Clusters, b.Status.AggregatedStatus)
 }
 
-// Binding is b as a ResourceBinding. It shares b's slices and pointers:
-// callers read it, as they read every cached object, and never write.
-func (b *CachedBinding) Binding() *ResourceBinding {
-	return &ResourceBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: b.Name, CreationTimestamp: b.CreationTimestamp},
-		Spec:       b.Spec,
-		Status:     ResourceBindingStatus{LastScheduledTime: b.Status.LastScheduledTime, AggregatedStatus: b.Status.AggregatedStatus},
-	}
-}
-
 func cacheBinding(b *ResourceBinding) *CachedBinding {
 	r := b.Spec.Resource
 	r.APIVersion, r.Kind, r.Namespace = intern(r.APIVersion), intern(r.Kind), intern(r.Namespace)

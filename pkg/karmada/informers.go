@@ -217,34 +217,16 @@ func (i *Informers) WaitForCacheSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), synced...)
 }
 
-// BindingOf returns the ResourceBinding of the Pod template namespace/name
-// with the given UID, or nil, and how many bindings qualified. Only bindings
-// in the pod's own namespace that bind a core v1 Pod count, so whoever can
-// create a binding elsewhere cannot steer this pod; a binding naming another
-// UID belongs to an earlier pod of the same name. Karmada makes one binding
-// per template; should there be more, the lowest name wins so callers never
-// flap between them.
-func (i *Informers) BindingOf(namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
-	b, n, err := i.CachedBindingOf("Pod", namespace, name, uid)
-	if b == nil {
-		return nil, n, err
-	}
-	return b.Binding(), n, err
-}
-
-// BindingOfService is BindingOf for the Service template namespace/name.
-func (i *Informers) BindingOfService(namespace, name string, uid types.UID) (*ResourceBinding, int, error) {
-	b, n, err := i.CachedBindingOf("Service", namespace, name, uid)
-	if b == nil {
-		return nil, n, err
-	}
-	return b.Binding(), n, err
-}
-
-// CachedBindingOf is BindingOf for a template of kind ("Pod", "Service"),
-// returning the cached binding itself: lookups on the request path need not
-// allocate a ResourceBinding.
-func (i *Informers) CachedBindingOf(kind, namespace, name string, uid types.UID) (*CachedBinding, int, error) {
+// BindingOf returns the ResourceBinding of the template of kind ("Pod",
+// "Service") namespace/name with the given UID, or nil, and how many
+// bindings qualified. Only bindings in the template's own namespace that
+// bind a core v1 object count, so whoever can create a binding elsewhere
+// cannot steer it; a binding naming another UID belongs to an earlier
+// template of the same name. Karmada makes one binding per template; should
+// there be more, the lowest name wins so callers never flap between them.
+// It returns the cached binding itself: lookups on the request path need not
+// allocate.
+func (i *Informers) BindingOf(kind, namespace, name string, uid types.UID) (*CachedBinding, int, error) {
 	indexer := i.Bindings.GetIndexer()
 	objs, err := indexer.ByIndex(BindingsByResourceIndex, ResourceKey(kind, namespace, name))
 	if err != nil {

@@ -212,11 +212,11 @@ func TestInformersRelistAfterWatchExpiry(t *testing.T) {
 	}
 
 	// The relist rebuilt the spec.resource index, not only the store.
-	b, n, err := inf.BindingOf(testNS, "after", "uid-after")
+	b, n, err := inf.BindingOf("Pod", testNS, "after", "uid-after")
 	if err != nil || n != 1 || b == nil || b.Name != "after-pod" {
 		t.Fatalf("BindingOf(after) = %v, %d, %v; want after-pod, 1", b, n, err)
 	}
-	if got := b.ClusterNames(); len(got) != 1 || got[0] != "member2" {
+	if got := b.Spec.Clusters; len(got) != 1 || got[0].Name != "member2" {
 		t.Errorf("after-pod clusters = %v, want [member2] (the transform ran on the relisted object)", got)
 	}
 }

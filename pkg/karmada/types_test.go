@@ -118,7 +118,7 @@ func TestBindingOf(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, n, err := inf.BindingOf(testNS, "job", tc.uid)
+			got, n, err := inf.BindingOf("Pod", testNS, "job", tc.uid)
 			if err != nil {
 				t.Fatalf("BindingOf: %v", err)
 			}

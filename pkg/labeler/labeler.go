@@ -412,14 +412,14 @@ func (l *Labeler) sync(ctx context.Context, key string) error {
 
 // bindingFor returns the ResourceBinding of pod, or nil (see
 // karmada.Informers.BindingOf for which bindings count).
-func (l *Labeler) bindingFor(pod metav1.Object) (*karmada.ResourceBinding, error) {
-	b, _, err := l.opts.Informers.BindingOf(pod.GetNamespace(), pod.GetName(), pod.GetUID())
+func (l *Labeler) bindingFor(pod metav1.Object) (*karmada.CachedBinding, error) {
+	b, _, err := l.opts.Informers.BindingOf("Pod", pod.GetNamespace(), pod.GetName(), pod.GetUID())
 	return b, err
 }
 
 // preferredCluster is the cluster the label should name: the first
 // candidate, the same rule the resolver applies.
-func preferredCluster(b *karmada.ResourceBinding) string {
+func preferredCluster(b *karmada.CachedBinding) string {
 	for name := range b.CandidateClusters() {
 		return name
 	}
@@ -443,7 +443,7 @@ func labelPatch(cluster string) ([]byte, error) {
 // scheduledAt is when the binding's current placement was decided: Karmada
 // sets lastScheduledTime on every (re)schedule, and a binding that lacks it
 // was at least not placed before it existed.
-func scheduledAt(b *karmada.ResourceBinding) time.Time {
+func scheduledAt(b *karmada.CachedBinding) time.Time {
 	if t := b.Status.LastScheduledTime; t != nil && !t.IsZero() {
 		return t.Time
 	}

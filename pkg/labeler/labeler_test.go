@@ -454,7 +454,7 @@ func TestScheduledAt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := &karmada.ResourceBinding{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
+			b := &karmada.CachedBinding{CreationTimestamp: metav1.NewTime(created)}
 			b.Status.LastScheduledTime = tt.last
 			if got := scheduledAt(b); !got.Equal(tt.want) {
 				t.Errorf("scheduledAt = %v, want %v", got, tt.want)

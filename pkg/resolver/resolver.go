@@ -220,7 +220,7 @@ func (r *Resolver) cluster(name string) *karmada.Cluster {
 // binding returns the pod's ResourceBinding, or nil (see
 // karmada.Informers.BindingOf for which bindings count).
 func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta *karmada.CachedPod) *karmada.CachedBinding {
-	b, qualified, err := r.informers.CachedBindingOf("Pod", namespace, pod, meta.UID)
+	b, qualified, err := r.informers.BindingOf("Pod", namespace, pod, meta.UID)
 	if err != nil {
 		// Only a missing index fails, and New checked for it.
 		klog.FromContext(ctx).Error(err, "Looking up ResourceBinding", "pod", klog.KRef(namespace, pod))

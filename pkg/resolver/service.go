@@ -41,7 +41,7 @@ func (r *Resolver) ResolveService(ctx context.Context, namespace, name string) (
 
 	// A Service placed by its own ResourceBinding goes where Karmada put it,
 	// by the same candidate and readiness rule as pods.
-	b, qualified, err := r.informers.CachedBindingOf("Service", namespace, name, svc.UID)
+	b, qualified, err := r.informers.BindingOf("Service", namespace, name, svc.UID)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Looking up ResourceBinding", "service", klog.KRef(namespace, name))
 	}
