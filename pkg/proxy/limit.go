@@ -132,9 +132,7 @@ func (p *Proxy) acquireStream(w http.ResponseWriter, r *http.Request, state *req
 	}
 	p.metrics.StreamLimitRejectionsTotal.WithLabelValues(limitedBy).Inc()
 	klog.FromContext(r.Context()).V(2).Info("Stream limit reached", "scope", limitedBy, "route", state.route)
-	if state.upgrade {
-		w.Header().Set("Connection", "close") // as after any refused upgrade
-	}
+	refuseUpgrade(w, r)
 	writeStatus(w, p.limiter.tooMany(limitedBy))
 	return nil, false
 }
