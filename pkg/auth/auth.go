@@ -51,12 +51,10 @@ type Options struct {
 	// Client talks to karmada-apiserver with the gateway's own identity; it
 	// needs create on tokenreviews and subjectaccessreviews.
 	Client kubernetes.Interface
-	// ClientCAs verifies client certificates (--client-ca-file). Nil turns
-	// x509 authentication off, unless ClientCAPool is set.
-	ClientCAs *x509.CertPool
-	// ClientCAPool, when set, replaces ClientCAs and is asked for the pool
-	// on every verification, so a CA bundle reloaded from disk applies from
-	// the next request on without a restart.
+	// ClientCAPool returns the pool that verifies client certificates
+	// (--client-ca-file). It is asked on every verification, so a CA bundle
+	// reloaded from disk applies from the next request on without a
+	// restart. Nil turns x509 authentication off.
 	ClientCAPool func() *x509.CertPool
 	// CacheTTL is how long authentications and allowed decisions are
 	// reused. Zero means DefaultCacheTTL.
@@ -106,9 +104,6 @@ func New(opts Options) (*Authorizer, error) {
 		negativeTTL: opts.NegativeCacheTTL,
 		metrics:     opts.Metrics,
 		now:         opts.Now,
-	}
-	if a.clientCAs == nil && opts.ClientCAs != nil {
-		a.clientCAs = func() *x509.CertPool { return opts.ClientCAs }
 	}
 	if a.ttl == 0 {
 		a.ttl = DefaultCacheTTL

@@ -82,7 +82,7 @@ func bearerToken(h http.Header) (string, bool) {
 	return parts[1], true
 }
 
-// verifyClientCert verifies the peer's chain against ClientCAs for client
+// verifyClientCert verifies the peer's chain against ClientCAPool's pool for client
 // auth (the TLS server only asks for a certificate) and maps it to a user as
 // kube-apiserver's x509 authenticator does: user CN, groups O, UID from the
 // Kubernetes UID attribute, credential-id the leaf's SHA-256.

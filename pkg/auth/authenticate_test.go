@@ -137,7 +137,7 @@ func TestClientCertificate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newTestEnv(t, func(o *Options) {
 				if tc.noCAs {
-					o.ClientCAs = nil
+					o.ClientCAPool = nil
 				}
 			})
 			state := tc.state(env.pki)
@@ -207,7 +207,6 @@ func TestClientCertificateExpiresWhileCached(t *testing.T) {
 func TestClientCAPoolIsAskedPerRequest(t *testing.T) {
 	var pool atomic.Pointer[x509.CertPool]
 	env := newTestEnv(t, func(o *Options) {
-		o.ClientCAs = nil
 		o.ClientCAPool = pool.Load
 	})
 	pool.Store(env.pki.roots)

@@ -168,7 +168,7 @@ func newTestEnv(t *testing.T, mutate func(*Options)) *testEnv {
 	pki := newTestPKI(t, clock.Now())
 	opts := Options{
 		Client:           client,
-		ClientCAs:        pki.roots,
+		ClientCAPool:     func() *x509.CertPool { return pki.roots },
 		CacheTTL:         10 * time.Second,
 		NegativeCacheTTL: 2 * time.Second,
 		Metrics:          metrics.New(reg),
