@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -189,28 +190,9 @@ func TestStatus(t *testing.T) {
 }
 
 // rawExecStatus POSTs a plain (not upgraded) exec request through the
-// gateway and returns the Status it answers with, decoded from the wire so
-// kind and apiVersion are checked too, with the HTTP code as Code.
+// gateway as user and returns the Status it answers with (see rawStatus).
 func rawExecStatus(t *testing.T, user, namespace, pod string) metav1.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	res := gatewayClient(t, user).CoreV1().RESTClient().Post().Namespace(namespace).Resource("pods").Name(pod).SubResource("exec").
-		// client-go would retry a 503 with Retry-After ten times.
-		MaxRetries(0).
-		Param("command", "true").Param("stdout", "true").Do(ctx)
-	body, err := res.Raw()
-	var code int
-	res.StatusCode(&code)
-	if err == nil {
-		t.Fatalf("POST pods/%s/exec through the gateway answered %d %q, want a Status error", pod, code, body)
-	}
-	var st metav1.Status
-	if jerr := json.Unmarshal(body, &st); jerr != nil || st.Kind != "Status" || st.APIVersion != "v1" {
-		t.Fatalf("POST pods/%s/exec through the gateway answered %d %q (%v), want a v1 Status", pod, code, body, err)
-	}
-	if st.Code != int32(code) {
-		t.Errorf("POST pods/%s/exec: HTTP %d but Status code %d", pod, code, st.Code)
-	}
-	return st
+	return rawStatus(t, http.MethodPost,
+		testEnv.GatewayURL()+"/api/v1/namespaces/"+namespace+"/pods/"+pod+"/exec?command=true&stdout=true", testEnv.Token(user))
 }

@@ -53,8 +53,9 @@ func TestPassthroughRefusalsDiscloseNothing(t *testing.T) {
 	}
 }
 
-// rawStatus sends method to url with token (none when empty) and decodes
-// the answer, which must be a Status.
+// rawStatus sends method to url with token (none when empty), once (no
+// retry of a 503 as client-go would), and decodes the answer from the wire,
+// which must be a v1 Status whose code is the HTTP code.
 func rawStatus(t *testing.T, method, url, token string) metav1.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -77,8 +78,8 @@ func rawStatus(t *testing.T, method, url, token string) metav1.Status {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var st metav1.Status
-	if err := json.Unmarshal(body, &st); err != nil || st.Kind != "Status" {
-		t.Fatalf("%s %s answered %d %q, want a Status", method, url, resp.StatusCode, body)
+	if err := json.Unmarshal(body, &st); err != nil || st.Kind != "Status" || st.APIVersion != "v1" {
+		t.Fatalf("%s %s answered %d %q, want a v1 Status", method, url, resp.StatusCode, body)
 	}
 	if int(st.Code) != resp.StatusCode {
 		t.Errorf("%s %s: HTTP %d but Status code %d", method, url, resp.StatusCode, st.Code)
