@@ -328,7 +328,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
-	res, err := p.get(r.Context(), r, upstreamIdentity{editHeader: edit}, path)
+	res, err := p.getAccepting(r.Context(), r, upstreamIdentity{editHeader: edit}, path, partialObjectMetadataJSON)
 	if err != nil {
 		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s %s/%s: %w", resource, namespace, name, err))
 		return false
@@ -373,7 +373,6 @@ func admissionCheckHeader(orig http.Header) (func(http.Header), error) {
 		if authorization != "" {
 			h.Set("Authorization", authorization)
 		}
-		h.Set("Accept", partialObjectMetadataJSON)
 	}, nil
 }
 
