@@ -82,9 +82,12 @@ metadata:
   labels:
     {{- include "gateway.labels" . | nindent 4 }}
 rules:
+  # karmada-apiserver derives the verb from the method, and pods/proxy (and
+  # services/proxy) forward every method the caller was authorized for:
+  # PUT is update, PATCH patch, DELETE delete, as in the member RBAC.
   - apiGroups: [cluster.karmada.io]
     resources: [clusters/proxy]
-    verbs: [get, create]
+    verbs: [get, create, update, patch, delete]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
