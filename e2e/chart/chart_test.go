@@ -366,7 +366,7 @@ var (
 	}
 	impersonateRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"uids", "userextras/*"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
 	}
 	leaseRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},

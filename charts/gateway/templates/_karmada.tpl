@@ -50,8 +50,12 @@ rules:
   - apiGroups: [""]
     resources: [users, groups]
     verbs: [impersonate]
+  # Every UID and extra: a certificate caller always carries the extra
+  # authentication.kubernetes.io/credential-id, and one allowed to impersonate
+  # carries whatever it impersonates. RBAC matches userextras/<key> exactly;
+  # "userextras/*" would match only a key named "*".
   - apiGroups: [authentication.k8s.io]
-    resources: [uids, userextras/*]
+    resources: ["*"]
     verbs: [impersonate]
 {{- end }}
 {{- end }}
