@@ -109,6 +109,19 @@ func (e *Env) applyGatewayRBAC(ctx context.Context) error {
 	return nil
 }
 
+// HelmCommand is helm with args, away from the user's helm configuration,
+// cache, repositories and clusters: its state lives under home.
+func HelmCommand(ctx context.Context, helm, home string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, helm, args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
+	)
+	return cmd
+}
+
 // renderChart runs helm template for release with values (--set) away from
 // the user's helm configuration and clusters (state under home), and
 // decodes every object.
@@ -120,13 +133,7 @@ func renderChart(ctx context.Context, helm, chart, home, release, namespace stri
 	for _, v := range values {
 		args = append(args, "--set", v)
 	}
-	cmd := exec.CommandContext(ctx, helm, args...)
-	cmd.Env = append(os.Environ(),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
-	)
+	cmd := HelmCommand(ctx, helm, home, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
