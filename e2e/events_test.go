@@ -263,7 +263,7 @@ func TestMemberPodEventsAuthorizeMode(t *testing.T) {
 		t.Fatalf("passthrough mode: want karmada's events and a Warning for %s without clusters/proxy; got %d events, warnings %q", env.UserExecKarmadaOnly, len(list.Items), warnings.String())
 	}
 
-	restartGatewayFor(t, []string{"--auth-mode=authorize"})
+	restartGatewayFor(t, []string{"--auth-mode=authorize"}, "--auth-mode=passthrough")
 	client, warnings = gatewayClientWithWarnings(t, env.UserExecKarmadaOnly)
 	list, err = client.CoreV1().Events(env.Namespace).List(ctx, selector)
 	if err != nil {

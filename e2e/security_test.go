@@ -58,6 +58,21 @@ func TestPassthroughRefusalsDiscloseNothing(t *testing.T) {
 // which must be a v1 Status whose code is the HTTP code.
 func rawStatus(t *testing.T, method, url, token string) metav1.Status {
 	t.Helper()
+	code, body := rawAnswer(t, method, url, token)
+	var st metav1.Status
+	if err := json.Unmarshal(body, &st); err != nil || st.Kind != "Status" || st.APIVersion != "v1" {
+		t.Fatalf("%s %s answered %d %q, want a v1 Status", method, url, code, body)
+	}
+	if int(st.Code) != code {
+		t.Errorf("%s %s: HTTP %d but Status code %d", method, url, code, st.Code)
+	}
+	return st
+}
+
+// rawAnswer sends method to url with token (none when empty), once, and
+// returns the HTTP code and the body as they came.
+func rawAnswer(t *testing.T, method, url, token string) (int, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
@@ -77,14 +92,7 @@ func rawStatus(t *testing.T, method, url, token string) metav1.Status {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var st metav1.Status
-	if err := json.Unmarshal(body, &st); err != nil || st.Kind != "Status" || st.APIVersion != "v1" {
-		t.Fatalf("%s %s answered %d %q, want a v1 Status", method, url, resp.StatusCode, body)
-	}
-	if int(st.Code) != resp.StatusCode {
-		t.Errorf("%s %s: HTTP %d but Status code %d", method, url, resp.StatusCode, st.Code)
-	}
-	return st
+	return resp.StatusCode, body
 }
 
 // expectSubprotocolTokenExec execs through the gateway over a WebSocket

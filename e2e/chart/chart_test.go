@@ -359,13 +359,14 @@ var (
 		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 	)
-	// authorize mode, on a ClusterRole of its own (see the chart's _karmada.tpl).
+	// authorize mode, on a ClusterRole of its own (see the chart's _karmada.tpl):
+	// every verb a pods/proxy method maps to, as the member RBAC grants.
 	clusterProxyRules = []rbacv1.PolicyRule{
-		{APIGroups: []string{"cluster.karmada.io"}, Resources: []string{"clusters/proxy"}, Verbs: []string{"get", "create"}},
+		{APIGroups: []string{"cluster.karmada.io"}, Resources: []string{"clusters/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
 	}
 	impersonateRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"uids", "userextras/*"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
 	}
 	leaseRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,16 +32,6 @@ var podRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 }
-
-// gatewayMemberRules are what the gateway's identity needs in a member in
-// authorize mode, mirroring the chart's gateway.memberRBAC: the pod rules,
-// services/proxy for every verb a forwarded method maps to, and events
-// list/watch for the authorize-mode merge of member events into pod-scoped
-// events lists and watches.
-var gatewayMemberRules = append(slices.Clone(podRules),
-	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
-	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
-)
 
 // serviceProxyGetRule lets exec-karmada-only GET (not POST, ...) through
 // services/proxy, so tests see the verb follow the method.
@@ -107,21 +96,6 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 		roleBinding(Namespace, "e2e:executor-group-unbound", "Role", "e2e:executor", UserExecGroupUnbound),
 		role(Namespace, "e2e:pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}),
 		roleBinding(Namespace, "e2e:pod-reader", "Role", "e2e:pod-reader", UserNoExec),
-		clusterRole("karmada-exec-gateway",
-			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
-			rbacv1.PolicyRule{APIGroups: []string{"work.karmada.io"}, Resources: []string{"resourcebindings"}, Verbs: []string{"get", "list", "watch"}},
-			rbacv1.PolicyRule{APIGroups: []string{"cluster.karmada.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
-			rbacv1.PolicyRule{APIGroups: []string{"config.karmada.io"}, Resources: []string{"resourceinterpretercustomizations"}, Verbs: []string{"list"}},
-			clusterProxyRule,
-			rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
-			rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
-		),
-		clusterRoleBinding("karmada-exec-gateway", "karmada-exec-gateway", UserGateway),
-		role(KarmadaSystem, "karmada-exec-gateway:leader-election",
-			rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		),
-		roleBinding(KarmadaSystem, "karmada-exec-gateway:leader-election", "Role", "karmada-exec-gateway:leader-election", UserGateway),
 	}
 	if err := applyRBAC(ctx, cs, rbac); err != nil {
 		return err
@@ -130,10 +104,10 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 }
 
 // bootstrapMember creates the member-side RBAC a cluster admin gives the
-// identities the cluster proxy impersonates (Karmada creates none): the
-// executors for passthrough mode, the gateway's identity for authorize mode.
-// What the impersonator may impersonate is Karmada's unified-auth
-// controller's to push.
+// executors the cluster proxy impersonates in passthrough mode (Karmada
+// creates none). The gateway's identity gets its authorize-mode RBAC from
+// the chart (applyGatewayRBAC); what the impersonator may impersonate is
+// Karmada's unified-auth controller's to push.
 func (e *Env) bootstrapMember(ctx context.Context, member string) error {
 	cs, err := kubernetes.NewForConfig(e.MemberConfig(member))
 	if err != nil {
@@ -146,8 +120,6 @@ func (e *Env) bootstrapMember(ctx context.Context, member string) error {
 		role(Namespace, "e2e:executor", podRules...),
 		roleBinding(Namespace, "e2e:executor", "Role", "e2e:executor", UserExecOnly),
 		roleBinding(Namespace, "e2e:executor-group-unbound", "Role", "e2e:executor", UserExecGroupUnbound),
-		clusterRole("karmada-exec-gateway", gatewayMemberRules...),
-		clusterRoleBinding("karmada-exec-gateway", "karmada-exec-gateway", UserGateway),
 	}
 	return applyRBAC(ctx, cs, rbac)
 }
@@ -204,10 +176,6 @@ func roleBinding(ns, name, kind, roleName, user string) rbacObject {
 			Subjects:   []rbacv1.Subject{userSubject(user)},
 		})
 	}
-}
-
-func clusterRoleBinding(name, roleName, user string) rbacObject {
-	return clusterRoleBindingTo(name, roleName, userSubject(user))
 }
 
 func clusterRoleBindingTo(name, roleName string, subjects ...rbacv1.Subject) rbacObject {

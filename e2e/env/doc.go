@@ -17,7 +17,11 @@
 //	exec-group-unbound     exec-only's rules, but only its user is bound to clusters/proxy, not its group
 //	exec-karmada-only      exec-only's rules in karmada-apiserver only, no clusters/proxy
 //	no-exec                get/list pods in e2e, nothing else
-//	karmada-exec-gateway   what the gateway needs in karmada-apiserver and, impersonated, in members
+//	karmada-exec-gateway   the Helm chart's RBAC (rbac.go): rendered for karmada-apiserver in authorize
+//	                       mode and applied as the chart's hook Job does; Karmada propagates the member part
+//
+// ClientCertificate issues further identities from the environment's CA, for
+// client-certificate callers of an authorize-mode gateway.
 //
 // In members, Karmada's own ServiceAccounts (karmada-cluster/karmada-<member>
 // and karmada-impersonator) authenticate with TokenRequest tokens; what the

@@ -307,6 +307,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, err
 	}
 	e.logf("Karmada ready, members joined (%s)", time.Since(start).Round(time.Millisecond))
+	if err := e.applyGatewayRBAC(ctx); err != nil {
+		return nil, err
+	}
+	e.logf("the chart's gateway RBAC applied and propagated (%s)", time.Since(start).Round(time.Millisecond))
 
 	if opts.Gateway.Enabled {
 		<-e.buildDone

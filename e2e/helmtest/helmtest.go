@@ -6,7 +6,6 @@ package helmtest
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -42,14 +41,7 @@ func Bin(t testing.TB) string {
 // Run runs helm with args and returns stdout, stderr and the error.
 func Run(t testing.TB, args ...string) (string, string, error) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), Bin(t), args...)
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
-	)
+	cmd := env.HelmCommand(t.Context(), Bin(t), t.TempDir(), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -50,8 +50,12 @@ rules:
   - apiGroups: [""]
     resources: [users, groups]
     verbs: [impersonate]
+  # Every UID and extra: a certificate caller always carries the extra
+  # authentication.kubernetes.io/credential-id, and one allowed to impersonate
+  # carries whatever it impersonates. RBAC matches userextras/<key> exactly;
+  # "userextras/*" would match only a key named "*".
   - apiGroups: [authentication.k8s.io]
-    resources: [uids, userextras/*]
+    resources: ["*"]
     verbs: [impersonate]
 {{- end }}
 {{- end }}
@@ -82,9 +86,12 @@ metadata:
   labels:
     {{- include "gateway.labels" . | nindent 4 }}
 rules:
+  # karmada-apiserver derives the verb from the method, and pods/proxy (and
+  # services/proxy) forward every method the caller was authorized for:
+  # PUT is update, PATCH patch, DELETE delete, as in the member RBAC.
   - apiGroups: [cluster.karmada.io]
     resources: [clusters/proxy]
-    verbs: [get, create]
+    verbs: [get, create, update, patch, delete]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
