@@ -36,10 +36,12 @@ var podRules = []rbacv1.PolicyRule{
 
 // gatewayMemberRules are what the gateway's identity needs in a member in
 // authorize mode, mirroring the chart's gateway.memberRBAC: the pod rules,
+// get services (to check a member Service is the template's copy),
 // services/proxy for every verb a forwarded method maps to, and events
 // list/watch for the authorize-mode merge of member events into pod-scoped
 // events lists and watches.
 var gatewayMemberRules = append(slices.Clone(podRules),
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
 )
