@@ -60,26 +60,7 @@ func TestMemberLocalPodNotReached(t *testing.T) {
 	memberEvent := createMemberEvent(t, member, victim, "secret", corev1.EventTypeNormal, "Started", "victim-secret-event-42")
 
 	// The conflicting template, and Karmada's refusal to apply it.
-	if err := testEnv.CreatePolicy(ctx, namedPolicy(victim, []string{victim}, []string{member})); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := testEnv.KarmadaClient(env.UserAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := testEnv.DeletePod(ctx, env.Namespace, victim); err != nil {
-			t.Errorf("delete the template: %v", err)
-		}
-		if err := testEnv.DeletePolicy(ctx, env.Namespace, victim); err != nil {
-			t.Errorf("delete the policy: %v", err)
-		}
-	})
-	if _, err := admin.CoreV1().Pods(env.Namespace).Create(ctx, env.ShellPod(env.Namespace, victim, "while true; do sleep 1; done"), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create the template: %v", err)
-	}
+	createPlacedPod(t, sleepPod(victim), []string{member})
 	refusal := waitApplyRefused(t, victim, member)
 
 	// A pod Karmada did propagate, for the positive check.

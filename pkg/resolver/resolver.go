@@ -392,22 +392,20 @@ func (r *Resolver) verifyCopy(ctx context.Context, resource schema.GroupVersionR
 }
 
 func unavailable(kind, name, message string) *apierrors.StatusError {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    http.StatusServiceUnavailable,
-		Reason:  metav1.StatusReasonServiceUnavailable,
-		Message: message,
-		Details: &metav1.StatusDetails{Kind: kind + "s", Name: name, RetryAfterSeconds: retryAfterSeconds},
-	}}
+	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, kind, name, message, retryAfterSeconds)
 }
 
 func conflict(kind, name, message string) *apierrors.StatusError {
+	return statusError(http.StatusConflict, metav1.StatusReasonConflict, kind, name, message, 0)
+}
+
+func statusError(code int32, reason metav1.StatusReason, kind, name, message string, retryAfter int32) *apierrors.StatusError {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
-		Code:    http.StatusConflict,
-		Reason:  metav1.StatusReasonConflict,
+		Code:    code,
+		Reason:  reason,
 		Message: message,
-		Details: &metav1.StatusDetails{Kind: kind + "s", Name: name},
+		Details: &metav1.StatusDetails{Kind: kind + "s", Name: name, RetryAfterSeconds: retryAfter},
 	}}
 }
 
