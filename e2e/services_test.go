@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -84,17 +85,12 @@ func TestServiceProxy(t *testing.T) {
 		placePod(t, pod, []string{member}, member)
 		return listeningPort(t, name)
 	}
-	memberService := func(t *testing.T, member, svc, pod string, port int) {
+	// memberEndpoints writes the EndpointSlice of member's Service svc:
+	// pod, listening on port.
+	memberEndpoints := func(t *testing.T, member, svc, pod string, port int) {
 		cs, err := testEnv.MemberClient(member)
 		if err != nil {
 			t.Fatal(err)
-		}
-		s := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: env.Namespace},
-			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(int32(port))}}},
-		}
-		if _, err := cs.CoreV1().Services(env.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create service in %s: %v", member, err)
 		}
 		ready := true
 		es := &discoveryv1.EndpointSlice{
@@ -120,13 +116,38 @@ func TestServiceProxy(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			_ = cs.DiscoveryV1().EndpointSlices(env.Namespace).Delete(ctx, es.Name, metav1.DeleteOptions{})
-			_ = cs.CoreV1().Services(env.Namespace).Delete(ctx, svc, metav1.DeleteOptions{})
 		})
 	}
-	karmadaService := func(t *testing.T, name string, selector map[string]string) *corev1.Service {
+	// memberService creates Service svc in member directly (Karmada does
+	// not manage it; enough for passthrough mode) with its EndpointSlice.
+	memberService := func(t *testing.T, member, svc, pod string, port int) {
+		cs, err := testEnv.MemberClient(member)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: env.Namespace},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(int32(port))}}},
+		}
+		if _, err := cs.CoreV1().Services(env.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create service in %s: %v", member, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = cs.CoreV1().Services(env.Namespace).Delete(ctx, svc, metav1.DeleteOptions{})
+		})
+		memberEndpoints(t, member, svc, pod, port)
+	}
+	// karmadaService creates the Service template; targetPort 0 leaves it
+	// to default to the port.
+	karmadaService := func(t *testing.T, name string, selector map[string]string, targetPort int) *corev1.Service {
 		s := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: env.Namespace},
 			Spec:       corev1.ServiceSpec{Selector: selector, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		}
+		if targetPort != 0 {
+			s.Spec.Ports[0].TargetPort = intstr.FromInt32(int32(targetPort))
 		}
 		created, err := karmadaCS.CoreV1().Services(env.Namespace).Create(ctx, s, metav1.CreateOptions{})
 		if err != nil {
@@ -143,7 +164,7 @@ func TestServiceProxy(t *testing.T) {
 	// the Service's own ResourceBinding.
 	boundEcho := func(t *testing.T, name, member string) {
 		port := startEcho(t, name, member, nil)
-		svc := karmadaService(t, name, nil)
+		svc := karmadaService(t, name, nil, 0)
 		memberService(t, member, name, name, port)
 		createServiceBinding(t, svc, member)
 	}
@@ -186,7 +207,7 @@ func TestServiceProxy(t *testing.T) {
 		const name = "svcproxy-fallback"
 		labels := map[string]string{"app": name}
 		port := startEcho(t, name, "member1", labels)
-		karmadaService(t, name, labels)
+		karmadaService(t, name, labels, 0)
 		memberService(t, "member1", name, name, port)
 		waitAnswer(t, name+":80", "/", name+" GET /?q=a+b")
 	})
@@ -251,7 +272,7 @@ func TestServiceProxy(t *testing.T) {
 			pod.Labels = labels
 			placePod(t, pod, []string{m}, m)
 		}
-		karmadaService(t, name, labels)
+		karmadaService(t, name, labels, 0)
 		var st metav1.Status
 		var last error
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -280,9 +301,24 @@ func TestServiceProxy(t *testing.T) {
 	t.Run("authorize mode", func(t *testing.T) {
 		const name = "svcproxy-authz"
 		seg := "http:" + name + ":http"
-		boundEcho(t, name, "member1")
+		// Acting as itself, the gateway reaches only Karmada's copy of the
+		// Service (a member Service of that name Karmada does not manage
+		// gets a 409), so Karmada creates the member Service from the
+		// template here, targetPort included; only the EndpointSlice is
+		// written by hand.
+		port := startEcho(t, name, "member1", nil)
+		svc := karmadaService(t, name, nil, port)
+		memberEndpoints(t, "member1", name, name, port)
+		createServiceBinding(t, svc, "member1")
 		want := name + " GET /?q=a+b"
 		waitAnswer(t, seg, "/", want)
+		// And one whose member1 Service was created there directly:
+		// Karmada refuses to apply over it, and passthrough mode reaches
+		// it (the member authorizes the caller), authorize mode must not.
+		const local = "svcproxy-local"
+		localSeg := "http:" + local + ":http"
+		boundEcho(t, local, "member1")
+		waitAnswer(t, localSeg, "/", local+" GET /?q=a+b")
 
 		// Passthrough mode lets karmada-apiserver judge the caller's own
 		// credentials on a GET of the Service before naming a member, so
@@ -295,9 +331,28 @@ func TestServiceProxy(t *testing.T) {
 
 		restartGatewayFor(t, []string{"--enable-service-proxy", "--auth-mode=authorize"}, "--enable-service-proxy")
 
-		// /readyz waited for the caches, the Service's among them.
-		if body, err := serviceProxy(ctx, karmadaOnly, http.MethodGet, seg, "/"); err != nil || string(body) != want {
-			t.Fatalf("authorize mode: GET as %s answered %q, %v; want %q", env.UserExecKarmadaOnly, body, err, want)
+		// /readyz waited for the caches, the Service's among them, but
+		// Karmada may not have reported the copy applied yet (503).
+		var (
+			body    []byte
+			lastErr error
+		)
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			body, lastErr = serviceProxy(ctx, karmadaOnly, http.MethodGet, seg, "/")
+			return lastErr == nil || !apierrors.IsServiceUnavailable(lastErr), nil
+		})
+		if lastErr != nil || string(body) != want {
+			t.Fatalf("authorize mode: GET as %s answered %q, %v; want %q", env.UserExecKarmadaOnly, body, lastErr, want)
+		}
+		// The member-local Service: Karmada's refusal, quoted in a 409,
+		// once Karmada has reported it (a 503 until then).
+		var localSt metav1.Status
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			localSt, _ = serviceProxyStatus(ctx, karmadaOnly, http.MethodGet, localSeg)
+			return localSt.Code != http.StatusServiceUnavailable, nil
+		})
+		if localSt.Code != http.StatusConflict || !strings.Contains(localSt.Message, "Karmada will not manage this resource") {
+			t.Errorf("authorize mode: GET of the member-local Service as %s: %+v, want a 409 quoting Karmada's refusal", env.UserExecKarmadaOnly, localSt)
 		}
 		// GitLab's session server opens its WebSocket with a GET, which
 		// stays get (pods/exec's create check does not apply): get is all

@@ -85,7 +85,17 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	res, err := resolver.New(resolver.Options{Informers: informers, Metrics: m})
+	ropts := resolver.Options{Informers: informers, Metrics: m}
+	if proxy.AuthMode(o.authMode) == proxy.AuthAuthorize {
+		// The proxy acts as the gateway on what is resolved, so the
+		// Resolver checks, as the gateway, that the member object is the
+		// template's own copy before anything is forwarded to it.
+		ropts.ActsAsGateway = true
+		if ropts.Members, err = karmada.NewMemberMetadata(cfg); err != nil {
+			return err
+		}
+	}
+	res, err := resolver.New(ropts)
 	if err != nil {
 		return err
 	}

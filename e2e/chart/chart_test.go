@@ -372,6 +372,7 @@ var (
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}
 	memberRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
@@ -437,7 +438,8 @@ func TestKarmadaRBAC(t *testing.T) {
 			rules: withServices(passthroughRules), subjects: adminSubjects, lease: true},
 		{name: "service proxy in authorize mode", values: "auth: {mode: authorize}\nserviceProxy: {enabled: true}\n",
 			rules: withServices(authorizeRules), subjects: adminSubjects, proxySubj: adminSubjects, lease: true, member: true,
-			memberRules: append(slices.Clone(memberRules), memberServiceProxyRule)},
+			memberRules: append([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: []string{"get"}}},
+				append(slices.Clone(memberRules[1:]), memberServiceProxyRule)...)},
 		{name: "authorize without member RBAC", values: "auth: {mode: authorize}\nkarmadaResources: {memberRBAC: false}\n",
 			rules: authorizeRules, subjects: adminSubjects, proxySubj: adminSubjects, lease: true},
 	}

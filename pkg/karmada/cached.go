@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,6 +88,27 @@ func (b *CachedBinding) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: b.Namespace, Name: b.Name, CreationTimestamp: b.CreationTimestamp}
 }
 
+// AppliedOn reports what b's aggregatedStatus says of cluster: whether
+// Karmada applied the workload there and, when it tried and failed, the
+// message it recorded. Both are zero while Karmada has reported nothing.
+func (b *CachedBinding) AppliedOn(cluster string) (applied bool, failure string) {
+	for _, s := range b.Status.AggregatedStatus {
+		if s.ClusterName == cluster {
+			return s.Applied, s.AppliedMessage
+		}
+	}
+	return false, ""
+}
+
+// ClusterNames returns the scheduled clusters in spec order.
+func (b *CachedBinding) ClusterNames() []string {
+	names := make([]string, 0, len(b.Spec.Clusters))
+	for _, c := range b.Spec.Clusters {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
 // CandidateClusters is ResourceBinding.CandidateClusters.
 func (b *CachedBinding) CandidateClusters() iter.Seq[string] {
 	return candidateClusters(b.Spec.Clusters, b.Status.AggregatedStatus)
@@ -108,6 +130,12 @@ func cacheBinding(b *ResourceBinding) *CachedBinding {
 		status = make([]AggregatedStatusItem, len(b.Status.AggregatedStatus))
 		for i, s := range b.Status.AggregatedStatus {
 			status[i] = AggregatedStatusItem{ClusterName: intern(s.ClusterName), Applied: s.Applied, Health: intern(s.Health)}
+			if !s.Applied {
+				// Only failures keep their message (why Karmada could not
+				// apply, e.g. a member object it does not manage holds the
+				// name): they are rare, and the resolver reports them.
+				status[i].AppliedMessage = truncate(s.AppliedMessage, maxAppliedMessage)
+			}
 		}
 	}
 	return &CachedBinding{
@@ -139,6 +167,20 @@ func BindingResource(obj any) (namespace, name string, resource ObjectReference,
 		return b.Namespace, b.Name, b.Spec.Resource, true
 	}
 	return "", "", ObjectReference{}, false
+}
+
+// maxAppliedMessage bounds the applied message kept per failed cluster: it
+// is Karmada's error text, reported to callers, not a document.
+const maxAppliedMessage = 1024
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strings.Clone(s[:n]) + "..."
 }
 
 // maxInterned bounds the intern table: label values are the pods' writers'

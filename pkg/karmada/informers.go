@@ -159,8 +159,9 @@ func trimService(obj any) (any, error) {
 
 // TrimBinding is the bindings informer's transform: it converts a binding
 // to a *CachedBinding, which keeps only what is read (managed fields,
-// annotations, labels, owner references, status conditions and applied
-// messages are most of a binding, and there is one binding per pod).
+// annotations, labels, owner references and status conditions are most of a
+// binding, and there is one binding per pod). Applied messages are kept only
+// for clusters Karmada failed to apply to.
 // Exported so benchmarks measure what the gateway caches.
 func TrimBinding(obj any) (any, error) {
 	out, err := Transform[ResourceBinding]()(obj)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"net/http"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -233,6 +235,7 @@ func keys(inf cache.SharedIndexInformer, want string) ([]string, bool) {
 }
 
 func TestTrimBindingKeepsOnlyWhatIsRead(t *testing.T) {
+	const conflict = "resource(kind=Pod, ci/job-42) already exists in the cluster member2 and the work.karmada.io/conflict-resolution strategy value is empty, Karmada will not manage this resource"
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "work.karmada.io/v1alpha2",
 		"kind":       "ResourceBinding",
@@ -250,8 +253,11 @@ func TestTrimBindingKeepsOnlyWhatIsRead(t *testing.T) {
 		},
 		"status": map[string]any{
 			"lastScheduledTime": "2026-01-02T03:04:06Z",
-			"aggregatedStatus":  []any{map[string]any{"clusterName": "member1", "applied": true, "appliedMessage": "Manifest has been successfully applied", "health": "Healthy"}},
-			"conditions":        []any{map[string]any{"type": "Scheduled", "status": "True", "reason": "Success", "message": "Binding has been scheduled successfully.", "lastTransitionTime": "2026-01-02T03:04:06Z"}},
+			"aggregatedStatus": []any{
+				map[string]any{"clusterName": "member1", "applied": true, "appliedMessage": "Manifest has been successfully applied", "health": "Healthy"},
+				map[string]any{"clusterName": "member2", "applied": false, "appliedMessage": conflict, "health": "Unknown"},
+			},
+			"conditions": []any{map[string]any{"type": "Scheduled", "status": "True", "reason": "Success", "message": "Binding has been scheduled successfully.", "lastTransitionTime": "2026-01-02T03:04:06Z"}},
 		},
 	}}
 	out, err := TrimBinding(u)
@@ -266,9 +272,16 @@ func TestTrimBindingKeepsOnlyWhatIsRead(t *testing.T) {
 		t.Errorf("not trimmed: %+v", b)
 	}
 	if b.Name != "job-42-pod" || b.Namespace != "ci" || b.Spec.Resource.UID != "p-uid" || len(b.Spec.Clusters) != 1 ||
-		b.Status.LastScheduledTime == nil || len(b.Status.AggregatedStatus) != 1 || !b.Status.AggregatedStatus[0].Applied ||
+		b.Status.LastScheduledTime == nil || len(b.Status.AggregatedStatus) != 2 || !b.Status.AggregatedStatus[0].Applied ||
 		b.Status.AggregatedStatus[0].Health != "Healthy" {
 		t.Errorf("read fields lost: %+v", b)
+	}
+	// A failure's message is what the resolver reports when it refuses.
+	if applied, msg := b.AppliedOn("member2"); applied || msg != conflict {
+		t.Errorf("AppliedOn(member2) = %v, %q; want false and Karmada's message", applied, msg)
+	}
+	if applied, msg := b.AppliedOn("member3"); applied || msg != "" {
+		t.Errorf("AppliedOn(member3), not reported = %v, %q; want false, empty", applied, msg)
 	}
 	if tomb := (cache.DeletedFinalStateUnknown{Key: "ci/x"}); !reflect.DeepEqual(mustTrim(t, tomb), tomb) {
 		t.Error("tombstone changed by TrimBinding")
@@ -282,4 +295,17 @@ func mustTrim(t *testing.T, obj any) any {
 		t.Fatal(err)
 	}
 	return out
+}
+
+func TestTruncateKeepsRunes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"short", "short"},
+		{strings.Repeat("a", maxAppliedMessage+1), strings.Repeat("a", maxAppliedMessage) + "..."},
+		// a 3-byte rune across the limit is dropped whole
+		{strings.Repeat("a", maxAppliedMessage-1) + "€", strings.Repeat("a", maxAppliedMessage-1) + "..."},
+	} {
+		if got := truncate(tc.in, maxAppliedMessage); got != tc.want || !utf8.ValidString(got) {
+			t.Errorf("truncate(%d bytes) = %d bytes %q..., want %d bytes", len(tc.in), len(got), got[max(0, len(got)-8):], len(tc.want))
+		}
+	}
 }

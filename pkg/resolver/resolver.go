@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -26,6 +29,12 @@ const (
 	ResultNotFound        = "not_found"
 	ResultNotPlaced       = "not_placed"
 	ResultClusterNotReady = "cluster_not_ready"
+	// ResultNotApplied: the gateway acts as itself and Karmada reports no
+	// scheduled cluster applied (503 in progress, 409 failed).
+	ResultNotApplied = "not_applied"
+	// ResultNotCopy: the gateway acts as itself and the member object is
+	// not the template's own copy (409), or could not be read (503).
+	ResultNotCopy = "not_copy"
 )
 
 // retryAfterSeconds is the delay the not-placed and not-ready Statuses
@@ -41,6 +50,21 @@ type Options struct {
 	// Metrics receives resolve counts. When nil, counts go to a private
 	// registry nobody scrapes.
 	Metrics *metrics.Metrics
+	// ActsAsGateway is set when the proxy uses what Resolve and
+	// ResolveService answer with the gateway's own identity (authorize
+	// mode). They then answer only a member whose object is the template's
+	// own copy (see "Acting as the gateway" in the package doc). Members is
+	// required with it.
+	ActsAsGateway bool
+	// Members reads member objects' metadata with the gateway's identity
+	// (*karmada.MemberMetadata); used only with ActsAsGateway.
+	Members MemberObjects
+}
+
+// MemberObjects reads an object's metadata in a member cluster with the
+// gateway's own identity. *karmada.MemberMetadata implements it.
+type MemberObjects interface {
+	Metadata(ctx context.Context, cluster string, resource schema.GroupVersionResource, namespace, name string) (*metav1.PartialObjectMetadata, error)
 }
 
 // Resolver maps pod templates to member clusters. It is safe for concurrent use.
@@ -48,6 +72,9 @@ type Resolver struct {
 	informers *karmada.Informers
 	pods      cache.Indexer
 	clusters  cache.Indexer
+	// members is set when the gateway acts as itself on what is resolved
+	// (Options.ActsAsGateway): only a template's own copy may be reached.
+	members MemberObjects
 
 	// counters are resolved once so a lookup does not hash label values.
 	counters  [numSources][numResults]prometheus.Counter
@@ -73,12 +100,17 @@ const (
 	resultNotFound
 	resultNotPlaced
 	resultClusterNotReady
+	resultNotApplied
+	resultNotCopy
 	numResults
 )
 
 var (
 	sourceNames = [numSources]string{sourceNone: metrics.SourceNone, sourceLabel: metrics.SourceLabel, sourceBinding: metrics.SourceBinding}
-	resultNames = [numResults]string{resultOK: ResultOK, resultNotFound: ResultNotFound, resultNotPlaced: ResultNotPlaced, resultClusterNotReady: ResultClusterNotReady}
+	resultNames = [numResults]string{
+		resultOK: ResultOK, resultNotFound: ResultNotFound, resultNotPlaced: ResultNotPlaced,
+		resultClusterNotReady: ResultClusterNotReady, resultNotApplied: ResultNotApplied, resultNotCopy: ResultNotCopy,
+	}
 )
 
 // New returns a Resolver reading opts.Informers.
@@ -89,6 +121,9 @@ func New(opts Options) (*Resolver, error) {
 	}
 	if _, ok := inf.Bindings.GetIndexer().GetIndexers()[karmada.BindingsByResourceIndex]; !ok {
 		return nil, fmt.Errorf("resolver: bindings informer lacks the %q index", karmada.BindingsByResourceIndex)
+	}
+	if opts.ActsAsGateway && opts.Members == nil {
+		return nil, errors.New("resolver: ActsAsGateway requires Members, to check member objects are the templates' copies")
 	}
 	m := opts.Metrics
 	if m == nil {
@@ -102,17 +137,26 @@ func New(opts Options) (*Resolver, error) {
 	}
 	// Only the combinations Resolve produces are created, so the exported
 	// series start at zero without advertising impossible ones.
-	for _, c := range []struct {
+	type combination struct {
 		s source
 		r result
-	}{
+	}
+	combinations := []combination{
 		{sourceNone, resultNotFound},
 		{sourceNone, resultNotPlaced},
 		{sourceLabel, resultOK},
 		{sourceLabel, resultClusterNotReady},
 		{sourceBinding, resultOK},
 		{sourceBinding, resultClusterNotReady},
-	} {
+	}
+	if opts.ActsAsGateway {
+		r.members = opts.Members
+		combinations = append(combinations,
+			combination{sourceBinding, resultNotApplied},
+			combination{sourceLabel, resultNotCopy},
+			combination{sourceBinding, resultNotCopy})
+	}
+	for _, c := range combinations {
 		r.counters[c.s][c.r] = m.ResolveTotal.WithLabelValues(sourceNames[c.s], resultNames[c.r])
 	}
 	return r, nil
@@ -120,7 +164,9 @@ func New(opts Options) (*Resolver, error) {
 
 // Resolve returns the member cluster that runs namespace/pod, by the rules in
 // the package doc. Its errors are *apierrors.StatusError: 404 when the pod is
-// not in the cache, 503 when it is not placed or its cluster is not usable.
+// not in the cache, 503 when it is not placed or its cluster is not usable;
+// acting as the gateway, also 409 when Karmada failed to apply it or the
+// member's pod is not its copy, 503 while its copy is not applied yet.
 func (r *Resolver) Resolve(ctx context.Context, namespace, pod string) (string, error) {
 	cluster, src, res, err := r.resolve(ctx, namespace, pod)
 	r.counters[src][res].Inc()
@@ -147,6 +193,8 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 	if b == nil || len(b.Spec.Clusters) == 0 {
 		return "", sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
 	}
+	src = sourceBinding
+	cluster = ""
 	if label, ok := meta.Cluster, meta.HasCluster; ok {
 		switch c, found, problem := r.labelCluster(label); {
 		case problem != "":
@@ -155,6 +203,9 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 		case !scheduledOn(b, label):
 			klog.FromContext(ctx).Info("Pod's cluster label is not one of its binding's clusters; following the binding",
 				"pod", klog.KRef(namespace, pod), "cluster", label, "binding", b.Name)
+		case r.members != nil && !appliedOn(b, label):
+			klog.FromContext(ctx).V(2).Info("Pod's cluster label names a cluster its copy is not applied on; following the binding",
+				"pod", klog.KRef(namespace, pod), "cluster", label, "binding", b.Name)
 		case !found:
 			klog.FromContext(ctx).Info("Pod's cluster label names no known Cluster; following its ResourceBinding",
 				"pod", klog.KRef(namespace, pod), "cluster", label)
@@ -162,14 +213,24 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 			if ready, msg := c.Ready(); !ready {
 				return "", sourceLabel, resultClusterNotReady, notReady("pod", namespace, pod, label, msg)
 			}
-			return label, sourceLabel, resultOK, nil
+			cluster, src = label, sourceLabel
 		}
 	}
-	cluster, err = r.bindingCluster(ctx, "pod", namespace, pod, b)
-	if err != nil {
-		return "", sourceBinding, resultClusterNotReady, err
+	if cluster == "" {
+		if cluster, res, err = r.bindingCluster(ctx, "pod", namespace, pod, b); err != nil {
+			return "", sourceBinding, res, err
+		}
 	}
-	return cluster, sourceBinding, resultOK, nil
+	if err := r.verifyCopy(ctx, karmada.PodGVR, "pod", namespace, pod, meta.UID, cluster); err != nil {
+		return "", src, resultNotCopy, err
+	}
+	return cluster, src, resultOK, nil
+}
+
+// appliedOn reports whether b's status says cluster applied its workload.
+func appliedOn(b *karmada.CachedBinding, cluster string) bool {
+	applied, _ := b.AppliedOn(cluster)
+	return applied
 }
 
 // scheduledOn reports whether b schedules its workload to cluster.
@@ -234,14 +295,22 @@ func (r *Resolver) binding(ctx context.Context, namespace, pod string, meta *kar
 }
 
 // bindingCluster picks among b's scheduled clusters for the object kind
-// ("pod" or "service") namespace/pod; see the package doc.
-func (r *Resolver) bindingCluster(ctx context.Context, kind, namespace, pod string, b *karmada.CachedBinding) (string, error) {
+// ("pod" or "service") namespace/pod; see the package doc. Its result tells
+// why it found none.
+func (r *Resolver) bindingCluster(ctx context.Context, kind, namespace, pod string, b *karmada.CachedBinding) (string, result, error) {
 	var (
 		chosen   string
 		firstErr error
 		names    []string
 	)
-	for name := range b.CandidateClusters() {
+	candidates := b.CandidateClusters()
+	if r.members != nil {
+		// Acting as the gateway: only where Karmada applied the template's
+		// copy, never the fallback to every scheduled cluster, which would
+		// reach a member object of the same name Karmada does not manage.
+		candidates = appliedClusters(b)
+	}
+	for name := range candidates {
 		names = append(names, name)
 		if chosen != "" {
 			continue // keep collecting candidates for the ambiguity report
@@ -265,20 +334,98 @@ func (r *Resolver) bindingCluster(ctx context.Context, kind, namespace, pod stri
 		klog.FromContext(ctx).Info("Object is scheduled to several clusters; choosing the first ready one in scheduler order",
 			kind, klog.KRef(namespace, pod), "binding", b.Name, "candidates", names, "chosen", chosen)
 	}
-	if chosen == "" {
-		return "", firstErr
+	switch {
+	case chosen != "":
+		return chosen, resultOK, nil
+	case len(names) == 0: // acting as the gateway, nothing applied
+		return "", resultNotApplied, notApplied(kind, namespace, pod, b)
 	}
-	return chosen, nil
+	return "", resultClusterNotReady, firstErr
+}
+
+// appliedClusters yields b's scheduled clusters that its status reports
+// applied, in spec.clusters order.
+func appliedClusters(b *karmada.CachedBinding) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, c := range b.Spec.Clusters {
+			if appliedOn(b, c.Name) && !yield(c.Name) {
+				return
+			}
+		}
+	}
+}
+
+// verifyCopy, when the gateway acts as itself, reads the metadata of
+// namespace/name in cluster with the gateway's identity and accepts it
+// only as Karmada's copy of the template whose UID is uid: labelled
+// karmada.io/managed=true and annotated with that UID. Names do not prove
+// anything: a member object of the same name that Karmada does not manage,
+// or the copy of an earlier template of that name, is refused.
+func (r *Resolver) verifyCopy(ctx context.Context, resource schema.GroupVersionResource, kind, namespace, name string, uid types.UID, cluster string) error {
+	if r.members == nil {
+		return nil
+	}
+	m, err := r.members.Metadata(ctx, cluster, resource, namespace, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return unavailable(kind, name, fmt.Sprintf("%s %q has no copy in member cluster %q (Karmada has not created it yet, or is recreating it)",
+			kind, namespace+"/"+name, cluster))
+	case err != nil:
+		klog.FromContext(ctx).Info("Cannot read the member object to check it is the template's copy",
+			kind, klog.KRef(namespace, name), "cluster", cluster, "err", err)
+		return unavailable(kind, name, fmt.Sprintf("cannot check that %s %q in member cluster %q is Karmada's copy of the template: %v",
+			kind, namespace+"/"+name, cluster, err))
+	}
+	var why string
+	switch {
+	case m.Labels[karmada.ManagedLabel] != "true":
+		why = "Karmada does not manage it"
+	case uid == "" || m.Annotations[karmada.TemplateUIDAnnotation] != string(uid):
+		why = "Karmada propagated it from another template of that name"
+	default:
+		return nil
+	}
+	klog.FromContext(ctx).Info("Member object is not the template's copy; refusing to act on it as the gateway",
+		kind, klog.KRef(namespace, name), "cluster", cluster, "reason", why)
+	return conflict(kind, name, fmt.Sprintf("%s %q in member cluster %q is not Karmada's copy of this %s template: %s; the gateway acts only on a template's own copy",
+		kind, namespace+"/"+name, cluster, kind, why))
 }
 
 func unavailable(kind, name, message string) *apierrors.StatusError {
+	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, kind, name, message, retryAfterSeconds)
+}
+
+func conflict(kind, name, message string) *apierrors.StatusError {
+	return statusError(http.StatusConflict, metav1.StatusReasonConflict, kind, name, message, 0)
+}
+
+func statusError(code int32, reason metav1.StatusReason, kind, name, message string, retryAfter int32) *apierrors.StatusError {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
-		Code:    http.StatusServiceUnavailable,
-		Reason:  metav1.StatusReasonServiceUnavailable,
+		Code:    code,
+		Reason:  reason,
 		Message: message,
-		Details: &metav1.StatusDetails{Kind: kind + "s", Name: name, RetryAfterSeconds: retryAfterSeconds},
+		Details: &metav1.StatusDetails{Kind: kind + "s", Name: name, RetryAfterSeconds: retryAfter},
 	}}
+}
+
+// notApplied explains why no scheduled cluster of b has the template's copy:
+// 409 when Karmada reports it tried and failed (a member object it does not
+// manage holds the name, which retrying does not fix), else 503 while
+// Karmada is still applying it.
+func notApplied(kind, namespace, name string, b *karmada.CachedBinding) error {
+	var failures []string
+	for _, c := range b.Spec.Clusters {
+		if _, msg := b.AppliedOn(c.Name); msg != "" {
+			failures = append(failures, fmt.Sprintf("%s: %s", c.Name, msg))
+		}
+	}
+	if len(failures) > 0 {
+		return conflict(kind, name, fmt.Sprintf("%s %q has no copy Karmada applied on a member cluster, so the gateway will not act on the member's object: %s",
+			kind, namespace+"/"+name, strings.Join(failures, "; ")))
+	}
+	return unavailable(kind, name, fmt.Sprintf("%s %q is scheduled to %s but Karmada has not reported its copy applied there yet",
+		kind, namespace+"/"+name, strings.Join(b.ClusterNames(), ", ")))
 }
 
 func notPlaced(namespace, pod string, b *karmada.CachedBinding) error {

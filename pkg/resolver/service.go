@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
@@ -50,7 +48,21 @@ func (r *Resolver) ResolveService(ctx context.Context, namespace, name string) (
 			"service", klog.KRef(namespace, name), "count", qualified, "chosen", b.Name)
 	}
 	if b != nil && len(b.Spec.Clusters) > 0 {
-		return r.bindingCluster(ctx, "service", namespace, name, b)
+		cluster, _, err := r.bindingCluster(ctx, "service", namespace, name, b)
+		if err != nil {
+			return "", err
+		}
+		if err := r.verifyCopy(ctx, karmada.ServiceGVR, "service", namespace, name, svc.UID, cluster); err != nil {
+			return "", err
+		}
+		return cluster, nil
+	}
+	if r.members != nil {
+		// Without a binding, no member Service is Karmada's copy of this
+		// one: a Service of that name in the pods' member is whoever
+		// created it there, and the gateway must not act on it as itself.
+		return "", unavailable("service", name, fmt.Sprintf("service %q is not placed on any member cluster: it has no ResourceBinding (is a PropagationPolicy selecting it?); "+
+			"acting as itself, the gateway reaches only Karmada's copy of a Service", namespace+"/"+name))
 	}
 	return r.selectedPodsCluster(ctx, svc)
 }
@@ -101,12 +113,6 @@ func (r *Resolver) selectedPodsCluster(ctx context.Context, svc *corev1.Service)
 		return "", unavailable("service", name, msg)
 	}
 	names := slices.Sorted(maps.Keys(clusters))
-	return "", &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure,
-		Code:   http.StatusConflict,
-		Reason: metav1.StatusReasonConflict,
-		Message: fmt.Sprintf("service %q has no ResourceBinding and the pods it selects run on several member clusters (%s); place the Service with a PropagationPolicy to choose one",
-			namespace+"/"+name, strings.Join(names, ", ")),
-		Details: &metav1.StatusDetails{Kind: "services", Name: name},
-	}}
+	return "", conflict("service", name, fmt.Sprintf("service %q has no ResourceBinding and the pods it selects run on several member clusters (%s); place the Service with a PropagationPolicy to choose one",
+		namespace+"/"+name, strings.Join(names, ", ")))
 }

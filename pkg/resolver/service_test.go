@@ -23,6 +23,18 @@ func service(name string, selector map[string]string) *corev1.Service {
 	}
 }
 
+// servicesInformer is a Services informer whose store holds services.
+func servicesInformer(t *testing.T, services ...*corev1.Service) cache.SharedIndexInformer {
+	t.Helper()
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Service{}, 0, cache.Indexers{})
+	for _, s := range services {
+		if err := inf.GetIndexer().Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return inf
+}
+
 func serviceBinding(name, svc string, clusters ...string) *karmada.ResourceBinding {
 	b := binding(name, svc, clusters)
 	b.Spec.Resource.Kind = "Service"
@@ -76,12 +88,7 @@ func TestResolveService(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			inf := storeInformers(t, tt.pods, tt.bindings, ready)
-			inf.Services = cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Service{}, 0, cache.Indexers{})
-			for _, s := range tt.services {
-				if err := inf.Services.GetIndexer().Add(s); err != nil {
-					t.Fatal(err)
-				}
-			}
+			inf.Services = servicesInformer(t, tt.services...)
 			r, err := New(Options{Informers: inf})
 			if err != nil {
 				t.Fatal(err)

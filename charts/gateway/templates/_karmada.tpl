@@ -148,6 +148,12 @@ metadata:
   labels:
     {{- include "gateway.labels" . | nindent 4 }}
 rules:
+  # Before acting as itself on a member object, the gateway reads its metadata
+  # to check it is the template's own copy (Karmada's managed label and the
+  # template's UID), never a member-local object of the same name.
+  - apiGroups: [""]
+    resources: [pods{{ if .Values.serviceProxy.enabled }}, services{{ end }}]
+    verbs: [get]
   # The cluster proxy impersonates the gateway's identity in the member. get as
   # well as create: members older than 1.35 authorize WebSocket GET as get.
   - apiGroups: [""]
