@@ -125,15 +125,18 @@ func TestScrapeConfig(t *testing.T) {
 	if c.MetricsService != Release+"-metrics" {
 		t.Errorf("the ServiceMonitor selects Service %q, want %s-metrics", c.MetricsService, Release)
 	}
-	b, err := c.PrometheusConfig(ScrapeOptions{Target: "127.0.0.1:8080", Pod: "gateway-0", Interval: time.Second})
+	b, err := c.PrometheusConfig(ScrapeOptions{Target: "127.0.0.1:8080", Pod: "gateway-0", Interval: time.Second, RuleFiles: []string{"rules.yaml"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	dir := writeRules(t, c)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	Promtool(t, dir, "check", "config", "prometheus.yml")
+	// check config also checks the rule files it names.
+	if out := Promtool(t, dir, "check", "config", "prometheus.yml"); !strings.Contains(out, "SUCCESS: 1 rule files found") {
+		t.Errorf("promtool check config did not check the rules file:\n%s", out)
+	}
 	var cfg struct {
 		ScrapeConfigs []struct {
 			JobName        string `json:"job_name"`

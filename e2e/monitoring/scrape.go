@@ -19,8 +19,11 @@ type ScrapeOptions struct {
 	// endpoint's target.
 	Pod string
 	// Interval replaces the endpoints' interval and scrape timeout, so a
-	// test sees several scrapes within seconds.
+	// test sees several scrapes within seconds; rules are evaluated as
+	// often.
 	Interval time.Duration
+	// RuleFiles are rules files Prometheus loads (rule_files).
+	RuleFiles []string
 }
 
 // PrometheusConfig is a Prometheus configuration whose one scrape job per
@@ -71,10 +74,14 @@ func (c *Chart) PrometheusConfig(o ScrapeOptions) ([]byte, error) {
 		}
 		jobs = append(jobs, job)
 	}
-	return yaml.Marshal(map[string]any{
+	cfg := map[string]any{
 		"global":         map[string]any{"scrape_interval": interval, "evaluation_interval": interval},
 		"scrape_configs": jobs,
-	})
+	}
+	if len(o.RuleFiles) > 0 {
+		cfg["rule_files"] = o.RuleFiles
+	}
+	return yaml.Marshal(cfg)
 }
 
 // duration formats d as Prometheus and Grafana write durations ("1m30s").
