@@ -19,7 +19,7 @@ build:
 
 ## tools: kube-apiserver, kube-controller-manager and kubectl from the tools
 ## module, helm from its own module, Karmada from its source at one pinned
-## commit, etcd, shellcheck and prometheus from Debian.
+## commit, etcd and shellcheck from Debian.
 tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl $(BIN)/helm karmada etcd shellcheck prometheus
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)

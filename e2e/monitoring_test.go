@@ -333,49 +333,39 @@ func assertPanelsHaveData(t *testing.T, prom *monitoring.Prometheus, chart *moni
 	g := monitoring.Grafana{Variables: d.Templating.List, Values: map[string][]string{},
 		ScrapeInterval: scrapeInterval, Interval: scrapeInterval, Range: end.Sub(start)}
 	choose := map[string]string{"namespace": monitoring.Namespace, "job": chart.MetricsService}
-	for _, v := range d.Templating.List {
-		if v.Type == "datasource" {
-			continue
-		}
-		q, err := v.QueryText()
+	vars, err := d.VariableQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vars {
+		selector, err := g.Expand(v.Selector)
 		if err != nil {
-			t.Fatal(err)
-		}
-		selector, label, err := monitoring.LabelValuesQuery(q)
-		if err != nil {
-			t.Fatalf("variable %s: %v", v.Name, err)
-		}
-		if selector, err = g.Expand(selector); err != nil {
 			t.Fatalf("variable %s: %v", v.Name, err)
 		}
 		var matches []string
 		if selector != "" {
 			matches = []string{selector}
 		}
-		values, _, _, err := prom.API.LabelValues(ctx, label, matches, start, end)
+		values, _, _, err := prom.API.LabelValues(ctx, v.Label, matches, start, end)
 		if err != nil {
-			t.Fatalf("variable %s: label values of %s for %q: %v", v.Name, label, selector, err)
+			t.Fatalf("variable %s: label values of %s for %q: %v", v.Name, v.Label, selector, err)
 		}
 		want, ok := choose[v.Name]
 		if !ok {
 			t.Fatalf("variable %s: the test does not know which value to choose", v.Name)
 		}
 		if !slices.Contains(values, model.LabelValue(want)) {
-			t.Fatalf("variable %s (%s) offers %q, not %q", v.Name, q, values, want)
+			t.Fatalf("variable %s offers %q, not %q", v.Name, values, want)
 		}
 		g.Values[v.Name] = []string{want}
 	}
 
-	queries := d.Queries()
-	if len(queries) == 0 {
-		t.Fatal("the dashboard has no queries")
+	queries, err := g.ExpandQueries(d)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, q := range queries {
-		expr, err := g.Expand(q.Expr)
-		if err != nil {
-			t.Errorf("%s: %v", q.Name, err)
-			continue
-		}
+		expr := q.Expr
 		v, _, _, err := prom.API.QueryRange(ctx, expr, promv1.Range{Start: start, End: end, Step: scrapeInterval})
 		if err != nil {
 			t.Errorf("%s: %s: %v", q.Name, expr, err)

@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -93,6 +94,34 @@ func (v Variable) QueryText() (string, error) {
 	return o.Query, nil
 }
 
+// VariableQuery is a query variable's label_values(Selector, Label).
+type VariableQuery struct {
+	Variable
+	Selector, Label string
+}
+
+// VariableQueries lists the dashboard's query variables in order; data
+// source variables are Grafana's own and left out. A variable that is not
+// a label_values query is an error: nothing else is expanded here.
+func (d Dashboard) VariableQueries() ([]VariableQuery, error) {
+	var out []VariableQuery
+	for _, v := range d.Templating.List {
+		if v.Type == "datasource" {
+			continue
+		}
+		q, err := v.QueryText()
+		if err != nil {
+			return nil, err
+		}
+		selector, label, err := LabelValuesQuery(q)
+		if err != nil {
+			return nil, fmt.Errorf("variable %s: %w", v.Name, err)
+		}
+		out = append(out, VariableQuery{Variable: v, Selector: selector, Label: label})
+	}
+	return out, nil
+}
+
 var labelValuesRE = regexp.MustCompile(`^\s*label_values\(\s*(?:(.*?)\s*,\s*)?([a-zA-Z_][a-zA-Z0-9_]*)\s*\)\s*$`)
 
 // LabelValuesQuery splits Grafana's `label_values(<series selector>, <label>)`
@@ -158,6 +187,24 @@ func (g Grafana) Expand(expr string) (string, error) {
 		return "", fmt.Errorf("no value for the variables %q in %s", missing, expr)
 	}
 	return out, nil
+}
+
+// ExpandQueries expands every query of d; the error names each query it
+// could not expand, and a dashboard without queries is one.
+func (g Grafana) ExpandQueries(d Dashboard) ([]Query, error) {
+	qs := d.Queries()
+	if len(qs) == 0 {
+		return nil, errors.New("the dashboard has no queries")
+	}
+	var errs []error
+	for i, q := range qs {
+		expr, err := g.Expand(q.Expr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", q.Name, err))
+		}
+		qs[i].Expr = expr
+	}
+	return qs, errors.Join(errs...)
 }
 
 func (g Grafana) format(name string, values []string) string {

@@ -80,31 +80,20 @@ func TestDashboardQueriesParse(t *testing.T) {
 	d := c.Dashboard
 	g := Grafana{Variables: d.Templating.List, ScrapeInterval: 30 * time.Second, Interval: time.Minute, Range: 6 * time.Hour,
 		Values: map[string][]string{}}
-	var rules []any
-	for _, v := range d.Templating.List {
-		if v.Type == "datasource" {
-			continue
-		}
-		q, err := v.QueryText()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := LabelValuesQuery(q); err != nil {
-			t.Errorf("variable %s: %v", v.Name, err)
-		}
+	vars, err := d.VariableQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vars {
 		g.Values[v.Name] = []string{Namespace}
 	}
-	queries := d.Queries()
-	if len(queries) == 0 {
-		t.Fatal("the dashboard has no queries")
+	queries, err := g.ExpandQueries(d)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var rules []any
 	for i, q := range queries {
-		expr, err := g.Expand(q.Expr)
-		if err != nil {
-			t.Errorf("%s: %v", q.Name, err)
-			continue
-		}
-		rules = append(rules, map[string]any{"record": fmt.Sprintf("dashboard:query_%d", i), "expr": expr})
+		rules = append(rules, map[string]any{"record": fmt.Sprintf("dashboard:query_%d", i), "expr": q.Expr})
 	}
 	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
 	if err != nil {
