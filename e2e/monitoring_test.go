@@ -143,11 +143,20 @@ func driveAuthorizeMode(t *testing.T, pod, caFile string) {
 	execUnplacedPod(t)
 
 	// A bundle that does not load keeps the previous one in use and counts
-	// an error; the good one again counts a success.
-	writeFile(t, caFile, []byte("not a PEM bundle\n"))
-	waitGatewayMetric(t, `karmada_gateway_certificate_reloads_total{name="client-ca",result="error"} 1`)
-	writeFile(t, caFile, testEnv.CAPEM())
-	waitGatewayMetric(t, `karmada_gateway_certificate_reloads_total{name="client-ca",result="success"} 1`)
+	// an error; the good one again counts a success. Renamed into place, as
+	// a Secret volume swaps files, so no read sees half a file.
+	replaceFile(t, caFile, []byte("not a PEM bundle\n"))
+	waitGatewayCounter(t, `karmada_gateway_certificate_reloads_total{name="client-ca",result="error"}`)
+	replaceFile(t, caFile, testEnv.CAPEM())
+	waitGatewayCounter(t, `karmada_gateway_certificate_reloads_total{name="client-ca",result="success"}`)
+}
+
+func replaceFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	writeFile(t, path+".new", b)
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // drivePassthroughMode: exec as the caller, and a pod's events listed by a
@@ -239,8 +248,8 @@ func execUnplacedPod(t *testing.T) {
 	}
 }
 
-// waitGatewayMetric polls the gateway's /metrics until it has line.
-func waitGatewayMetric(t *testing.T, line string) {
+// waitGatewayCounter polls the gateway's /metrics until series is above 0.
+func waitGatewayCounter(t *testing.T, series string) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -259,11 +268,17 @@ func waitGatewayMetric(t *testing.T, line string) {
 			last = err.Error()
 			return false, nil
 		}
-		last = string(b)
-		return slices.Contains(strings.Split(last, "\n"), line), nil
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if value, ok := strings.CutPrefix(line, series+" "); ok {
+				last = line
+				return value != "0", nil
+			}
+		}
+		last = series + " not exported"
+		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("the gateway's /metrics never had %q: %v\n%s", line, err, last)
+		t.Fatalf("the gateway's /metrics never had %s above 0 (last: %s): %v", series, last, err)
 	}
 }
 
