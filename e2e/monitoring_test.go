@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -83,7 +84,13 @@ func TestMonitoringOnRealPrometheus(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	t.Logf("prometheus at %s scrapes the gateway at %s as job %s", prom.URL, metricsURL.Host, chart.MetricsService)
+	// Every counter needs a sample before the traffic: one that is first
+	// scraped already raised shows Prometheus no increase.
+	if err := prom.WaitScrapedAfter(ctx, chart.MetricsService, start, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("prometheus at %s scrapes the gateway at %s as job %s (first scrapes after %s)",
+		prom.URL, metricsURL.Host, chart.MetricsService, time.Since(start).Round(100*time.Millisecond))
 
 	const pod, member = "monitoring-pod", "member1"
 	placePod(t, env.ShellPod(env.Namespace, pod, `i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done`), []string{member}, member)
@@ -324,7 +331,8 @@ func assertRulesEvaluate(t *testing.T, prom *monitoring.Prometheus, chart *monit
 		return false, nil
 	})
 	if err != nil {
-		t.Errorf("%s{name=client-ca} never fired; active alerts: %q", alert, active)
+		t.Errorf("%s{name=client-ca} never fired; active alerts: %q; the series it reads:\n%s",
+			alert, active, describeSeries(t, prom, "karmada_gateway_certificate_reloads_total", time.Now().Add(-10*time.Minute), time.Now()))
 	}
 }
 
@@ -343,7 +351,10 @@ func assertRulesEvaluate(t *testing.T, prom *monitoring.Prometheus, chart *monit
 func assertPanelsHaveData(t *testing.T, prom *monitoring.Prometheus, chart *monitoring.Chart, start time.Time) {
 	t.Helper()
 	ctx := t.Context()
+	// The last step is now, so it sees the scrapes that were just waited
+	// for; steps are aligned on it.
 	end := time.Now()
+	start = end.Add(-(end.Sub(start)/scrapeInterval + 1) * scrapeInterval)
 	d := chart.Dashboard
 	g := monitoring.Grafana{Variables: d.Templating.List, Values: map[string][]string{},
 		ScrapeInterval: scrapeInterval, Interval: scrapeInterval, Range: end.Sub(start)}
@@ -392,7 +403,8 @@ func assertPanelsHaveData(t *testing.T, prom *monitoring.Prometheus, chart *moni
 			continue
 		}
 		if !hasNumber(m) {
-			t.Errorf("%s has no data: %s returned %d series without a number", q.Name, expr, len(m))
+			t.Errorf("%s has no data: %s returned %d series without a number; the series it reads:\n%s",
+				q.Name, expr, len(m), describeSeries(t, prom, expr, start, end))
 		}
 	}
 }
@@ -406,4 +418,31 @@ func hasNumber(m model.Matrix) bool {
 		}
 	}
 	return false
+}
+
+var seriesName = regexp.MustCompile(`\bkarmada_gateway_[a-z_]+`)
+
+// describeSeries lists, for a failure message, every raw series of the
+// metrics expr reads, with its samples over [start, end].
+func describeSeries(t *testing.T, prom *monitoring.Prometheus, expr string, start, end time.Time) string {
+	var b strings.Builder
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(seriesName.FindAllString(expr, -1)))) {
+		v, _, _, err := prom.API.QueryRange(t.Context(), name, promv1.Range{Start: start, End: end, Step: scrapeInterval})
+		if err != nil {
+			fmt.Fprintf(&b, "  %s: %v\n", name, err)
+			continue
+		}
+		m, _ := v.(model.Matrix)
+		if len(m) == 0 {
+			fmt.Fprintf(&b, "  %s: no series\n", name)
+		}
+		for _, s := range m {
+			values := make([]string, 0, len(s.Values))
+			for _, p := range s.Values {
+				values = append(values, p.Value.String())
+			}
+			fmt.Fprintf(&b, "  %s: %s\n", s.Metric, strings.Join(slices.Compact(values), " "))
+		}
+	}
+	return b.String()
 }
