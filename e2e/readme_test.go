@@ -103,20 +103,27 @@ func TestReadmeMemberRBACPolicy(t *testing.T) {
 
 	// Karmada takes its claim off the templates once it handled the
 	// policy's deletion; the members' copies must still be there then.
+	const claim = "propagationpolicy.karmada.io/permanent-id"
+	claimed := func(ctx context.Context) (role, binding bool, err error) {
+		r, err := karmada.RbacV1().Roles(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, false, err
+		}
+		b, err := karmada.RbacV1().RoleBindings(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, false, err
+		}
+		return r.Labels[claim] != "", b.Labels[claim] != "", nil
+	}
+	if role, binding, err := claimed(ctx); err != nil || !role || !binding {
+		t.Fatalf("propagated templates without Karmada's %s label (Role %v, RoleBinding %v, %v)", claim, role, binding, err)
+	}
 	if err := testEnv.DeletePolicy(ctx, ns, policy); err != nil {
 		t.Fatal(err)
 	}
-	const claim = "propagationpolicy.karmada.io/permanent-id"
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		role, err := karmada.RbacV1().Roles(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		binding, err := karmada.RbacV1().RoleBindings(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return role.Labels[claim] == "" && binding.Labels[claim] == "", nil
+		role, binding, err := claimed(ctx)
+		return !role && !binding, err
 	})
 	if err != nil {
 		t.Fatalf("Karmada never released the templates after the policy was deleted: %v", err)
