@@ -20,7 +20,7 @@ build:
 ## tools: kube-apiserver, kube-controller-manager and kubectl from the tools
 ## module, helm from its own module, Karmada from its source at one pinned
 ## commit, etcd and shellcheck from Debian.
-tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl $(BIN)/helm karmada etcd shellcheck
+tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl $(BIN)/helm karmada etcd shellcheck prometheus
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
@@ -52,6 +52,13 @@ etcd:
 shellcheck:
 	@command -v shellcheck >/dev/null || hack/install-debian.sh shellcheck
 
+## prometheus: Debian's prometheus and promtool, for the alert rule tests
+## (e2e/monitoring) and the dashboard test on a real Prometheus; the packaged
+## service is not started.
+.PHONY: prometheus
+prometheus:
+	@hack/install-prometheus.sh
+
 ## test: the whole suite — unit tests of both modules, then the real e2e environment.
 test: vet unit e2e
 
@@ -59,7 +66,7 @@ vet:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 
-unit: $(BIN)/helm shellcheck
+unit: $(BIN)/helm shellcheck prometheus
 	$(GO) test -race -count=1 ./...
 	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 

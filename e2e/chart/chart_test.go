@@ -920,16 +920,19 @@ passthrough:
 	}
 }
 
+type resourceSelector struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+}
+
 // propagationPolicy is the part of a PropagationPolicy the tests check.
 type propagationPolicy struct {
 	Metadata struct{ Name, Namespace string } `json:"metadata"`
 	Spec     struct {
-		PropagateDeps     bool `json:"propagateDeps"`
-		ResourceSelectors []struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-		} `json:"resourceSelectors"`
-		Placement struct {
+		PropagateDeps     bool               `json:"propagateDeps"`
+		ResourceSelectors []resourceSelector `json:"resourceSelectors"`
+		Placement         struct {
 			ClusterAffinity   map[string]any `json:"clusterAffinity"`
 			SpreadConstraints []struct {
 				SpreadByField string `json:"spreadByField"`
@@ -999,8 +1002,25 @@ func TestExecutorPolicy(t *testing.T) {
 	}
 }
 
+// checkMemberRBACPolicy fails unless p sends RBAC objects, by name, to a
+// copy in every cluster it selects: spreading them would leave members
+// where the executor is refused.
+func checkMemberRBACPolicy(t *testing.T, where string, p propagationPolicy) {
+	t.Helper()
+	for _, s := range p.Spec.ResourceSelectors {
+		if s.APIVersion != "rbac.authorization.k8s.io/v1" || s.Name == "" {
+			t.Errorf("%s: selector %+v is not an RBAC object by name", where, s)
+		}
+	}
+	if p.Spec.Placement.ReplicaScheduling.Type == "Divided" || len(p.Spec.Placement.SpreadConstraints) > 0 {
+		t.Errorf("%s: Divided or spread: the RBAC would reach only some members", where)
+	}
+}
+
 // TestDocumentedPropagationPolicies: every PropagationPolicy the README and
-// deploy/karmada/README.md show executors has the fields a CI pod needs.
+// deploy/karmada/README.md show executors has the fields a CI pod needs,
+// and the README's policy for the executors' member RBAC copies it to
+// every member.
 func TestDocumentedPropagationPolicies(t *testing.T) {
 	block := regexp.MustCompile("(?s)```yaml\n(.*?)```")
 	for _, doc := range []string{"../../README.md", "../../deploy/karmada/README.md"} {
@@ -1008,7 +1028,7 @@ func TestDocumentedPropagationPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
+		pods, rbac := 0, 0
 		for _, m := range block.FindAllStringSubmatch(string(src), -1) {
 			if !strings.Contains(m[1], "kind: PropagationPolicy") {
 				continue // snippets, not objects
@@ -1019,12 +1039,17 @@ func TestDocumentedPropagationPolicies(t *testing.T) {
 				}
 				var p propagationPolicy
 				partial(t, u.Object, &p)
-				checkExecutorPolicy(t, doc, p)
-				n++
+				if slices.ContainsFunc(p.Spec.ResourceSelectors, func(s resourceSelector) bool { return s.Kind == "Pod" }) {
+					checkExecutorPolicy(t, doc, p)
+					pods++
+				} else {
+					checkMemberRBACPolicy(t, doc+" "+p.Metadata.Name, p)
+					rbac++
+				}
 			}
 		}
-		if doc == "../../README.md" && n == 0 {
-			t.Errorf("%s shows no PropagationPolicy for executors", doc)
+		if doc == "../../README.md" && (pods == 0 || rbac == 0) {
+			t.Errorf("%s shows %d PropagationPolicies for executors' pods and %d for their member RBAC, want both", doc, pods, rbac)
 		}
 	}
 }

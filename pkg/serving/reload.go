@@ -196,6 +196,14 @@ func newReloader[T any](name string, files []string, interval time.Duration, m *
 	r.current.Store(v)
 	r.seen = digest(contents)
 	r.setExpiry(notAfter)
+	if m != nil {
+		// Both results exist from the start: a series born at 1 on the
+		// first failed reload shows Prometheus no increase, so the alert
+		// on it would miss a single bad rotation.
+		for _, res := range []string{resultSuccess, resultError} {
+			m.CertificateReloadsTotal.WithLabelValues(name, res)
+		}
+	}
 	return r, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // servingFiles names the Secret keys a kubernetes.io/tls Secret projects.
@@ -132,6 +134,30 @@ func TestNewCertificateRefusesABadPair(t *testing.T) {
 	a, b := newTestCert(t, "cert-a", nil), newTestCert(t, "cert-b", nil)
 	if _, err := NewCertificate(CertificateOptions{CertFile: writeTemp(t, a.certPEM), KeyFile: writeTemp(t, b.keyPEM)}); err == nil {
 		t.Fatal("NewCertificate accepted a key that does not match the certificate")
+	}
+}
+
+// TestReloadSeriesStartAtZero: every name's success and error series are
+// exported at 0 before any reload, so Prometheus sees the first failure as
+// an increase.
+func TestReloadSeriesStartAtZero(t *testing.T) {
+	a := newTestCert(t, "cert-a", nil)
+	m := newMetrics()
+	if _, err := NewCertificate(CertificateOptions{CertFile: writeTemp(t, a.certPEM), KeyFile: writeTemp(t, a.keyPEM), Metrics: m}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewClientCA(ClientCAOptions{File: writeTemp(t, a.certPEM), Metrics: m}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.CertificateReloadsTotal); n != 4 {
+		t.Fatalf("exported %d reload series, want 4 (serving and client-ca, success and error)", n)
+	}
+	for _, name := range []string{NameServing, NameClientCA} {
+		for _, res := range []string{resultSuccess, resultError} {
+			if n := reloads(m, name, res); n != 0 {
+				t.Errorf("%s %s reloads = %v before any reload, want 0", name, res, n)
+			}
+		}
 	}
 }
 

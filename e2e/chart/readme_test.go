@@ -1,0 +1,138 @@
+package chart
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// readmeHelmCommands returns the commands of the sh blocks in README's
+// "Install with Helm" section, comments dropped.
+func readmeHelmCommands(t *testing.T) []string {
+	t.Helper()
+	src, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(src), "\n## Install with Helm\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Install with Helm" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var cmds []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		for line := range strings.SplitSeq(m[1], "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				cmds = append(cmds, line)
+			}
+		}
+	}
+	return cmds
+}
+
+// shellWords splits a README command as the shell would (quotes), by
+// asking bash to print the words it parsed.
+func shellWords(t *testing.T, cmd string) []string {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), "bash", "-c", `printf '%s\0' `+cmd).Output()
+	if err != nil {
+		t.Fatalf("split %q: %v", cmd, err)
+	}
+	return strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+}
+
+// TestReadmeHelmInstall checks README's "Install with Helm" commands as far
+// as they go without a cluster: the TLS Secret it creates is the one the
+// release it installs mounts (a wrong name leaves the pods waiting for a
+// volume), and the helm template command it gives to see the
+// karmada-apiserver objects renders those objects and nothing for the host.
+func TestReadmeHelmInstall(t *testing.T) {
+	cmds := readmeHelmCommands(t)
+	secretRE := regexp.MustCompile(`^kubectl -n (\S+) create secret tls (\S+) `)
+	installRE := regexp.MustCompile(`^helm install (\S+) charts/gateway -n (\S+)$`)
+	var secretNS, secret, release, releaseNS, template string
+	for _, c := range cmds {
+		if m := secretRE.FindStringSubmatch(c); m != nil && secret == "" {
+			secretNS, secret = m[1], m[2]
+		}
+		if m := installRE.FindStringSubmatch(c); m != nil && release == "" {
+			release, releaseNS = m[1], m[2]
+		}
+		if strings.HasPrefix(c, "helm template ") && strings.Contains(c, "target=karmadaApiserver") {
+			template = c
+		}
+	}
+	if secret == "" || release == "" || template == "" {
+		t.Fatalf("README's Helm section lacks the TLS Secret (%q), the plain helm install (%q) or the helm template of the karmada-apiserver objects (%q):\n%s",
+			secret, release, template, strings.Join(cmds, "\n"))
+	}
+
+	if secretNS != releaseNS {
+		t.Errorf("README creates the TLS Secret in %s and installs the release in %s", secretNS, releaseNS)
+	}
+	out, stderr, err := runHelm(t, "template", release, chartDir, "--namespace", releaseNS, "--kube-version", kubeVersion)
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", release, err, stderr)
+	}
+	deployments := decodeAll(t, out).find("Deployment", "")
+	if len(deployments) != 1 {
+		t.Fatalf("release %s renders %d Deployments, want 1", release, len(deployments))
+	}
+	var pod struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Volumes []struct {
+						Name   string
+						Secret *struct{ SecretName string }
+					}
+				}
+			}
+		}
+	}
+	partial(t, deployments[0].Object, &pod)
+	mounted := ""
+	for _, v := range pod.Spec.Template.Spec.Volumes {
+		if v.Name == "tls" && v.Secret != nil {
+			mounted = v.Secret.SecretName
+		}
+	}
+	if mounted != secret {
+		t.Errorf("README creates the TLS Secret %q, but release %s mounts %q", secret, release, mounted)
+	}
+
+	args := shellWords(t, template)[1:] // without "helm"
+	for i, a := range args {
+		if a == "charts/gateway" {
+			args[i] = chartDir
+		}
+	}
+	out, stderr, err = runHelm(t, append(args, "--kube-version", kubeVersion)...)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", template, err, stderr)
+	}
+	objs := decodeAll(t, out)
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment", "Service", "Job", "ConfigMap", "ServiceAccount", "PodDisruptionBudget":
+			t.Errorf("%s renders host object %s %s", template, o.GetKind(), o.GetName())
+		}
+	}
+	var executors []rbacv1.Subject
+	for _, crb := range objs.find("ClusterRoleBinding", "") {
+		var b rbacv1.ClusterRoleBinding
+		convert(t, crb.Object, &b)
+		if strings.HasSuffix(b.Name, "-executors-cluster-proxy") {
+			executors = b.Subjects
+		}
+	}
+	want := rbacv1.Subject{Kind: "ServiceAccount", Name: "gitlab-runner", Namespace: "ci"}
+	if !slices.Contains(executors, want) {
+		t.Errorf("%s renders no executors' clusters/proxy binding for ci/gitlab-runner (subjects %+v)", template, executors)
+	}
+}
