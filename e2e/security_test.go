@@ -58,11 +58,20 @@ func TestPassthroughRefusalsDiscloseNothing(t *testing.T) {
 // which must be a v1 Status whose code is the HTTP code.
 func rawStatus(t *testing.T, method, url, token string) metav1.Status {
 	t.Helper()
+	return rawStatusWithHeader(t, method, url, token, nil)
+}
+
+// rawStatusWithHeader is rawStatus sending header as well.
+func rawStatusWithHeader(t *testing.T, method, url, token string, header http.Header) metav1.Status {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
