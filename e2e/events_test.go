@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -259,8 +260,12 @@ func TestMemberPodEventsAuthorizeMode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("passthrough mode: list events as %s: %v", env.UserExecKarmadaOnly, err)
 	}
-	if hasMessage(list.Items, ev.Message) || !strings.Contains(warnings.String(), "member events from "+member+" unavailable") {
-		t.Fatalf("passthrough mode: want karmada's events and a Warning for %s without clusters/proxy; got %d events, warnings %q", env.UserExecKarmadaOnly, len(list.Items), warnings.String())
+	// The Warning carries karmada-apiserver's refusal of the cluster proxy
+	// as text, though the gateway asked for (and got) it in protobuf.
+	refusal := rawStatus(t, http.MethodGet, testEnv.KarmadaURL()+"/apis/cluster.karmada.io/v1alpha1/clusters/"+member+"/proxy/api/v1/namespaces/"+env.Namespace+"/events", testEnv.Token(env.UserExecKarmadaOnly))
+	wantWarning := "member events from " + member + " unavailable: HTTP 403: " + refusal.Message
+	if hasMessage(list.Items, ev.Message) || refusal.Code != http.StatusForbidden || warnings.String() != wantWarning {
+		t.Fatalf("passthrough mode: want karmada's events and the Warning %q for %s without clusters/proxy; got %d events, warnings %q", wantWarning, env.UserExecKarmadaOnly, len(list.Items), warnings.String())
 	}
 
 	restartGatewayFor(t, []string{"--auth-mode=authorize"}, "--auth-mode=passthrough")

@@ -58,7 +58,13 @@ func TestPassthroughRefusalsDiscloseNothing(t *testing.T) {
 // which must be a v1 Status whose code is the HTTP code.
 func rawStatus(t *testing.T, method, url, token string) metav1.Status {
 	t.Helper()
-	code, body := rawAnswer(t, method, url, token)
+	return rawStatusWithHeader(t, method, url, token, nil)
+}
+
+// rawStatusWithHeader is rawStatus sending header as well.
+func rawStatusWithHeader(t *testing.T, method, url, token string, header http.Header) metav1.Status {
+	t.Helper()
+	code, body := rawAnswerWithHeader(t, method, url, token, header)
 	var st metav1.Status
 	if err := json.Unmarshal(body, &st); err != nil || st.Kind != "Status" || st.APIVersion != "v1" {
 		t.Fatalf("%s %s answered %d %q, want a v1 Status", method, url, code, body)
@@ -73,11 +79,20 @@ func rawStatus(t *testing.T, method, url, token string) metav1.Status {
 // returns the HTTP code and the body as they came.
 func rawAnswer(t *testing.T, method, url, token string) (int, []byte) {
 	t.Helper()
+	return rawAnswerWithHeader(t, method, url, token, nil)
+}
+
+// rawAnswerWithHeader is rawAnswer sending header as well.
+func rawAnswerWithHeader(t *testing.T, method, url, token string, header http.Header) (int, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -79,7 +79,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	// ~260 MiB, inside the chart's 512Mi limit beside the informer caches.
 	// 200 per client lets one runner manager hold ~60 concurrent jobs (attach,
 	// exec and log -f each) while leaving nine tenths of the total to others.
-	fs.IntVar(&o.maxStreams, "max-streams", 2000, "most upgraded (exec, attach, port-forward) and streaming (watch, log -f) requests open at once; over it clients get 429 (0 = unlimited)")
+	fs.IntVar(&o.maxStreams, "max-streams", 2000, "most streams open at once: any Upgrade (exec, attach, port-forward, WebSocket), watch or follow on any path, pods/services/nodes proxy requests, on every route; over it clients get 429 (0 = unlimited)")
 	fs.IntVar(&o.maxStreamsPerClient, "max-streams-per-client", 200, "most such streams open at once per client identity (bearer token hash, verified client certificate subject, else remote IP); over it clients get 429 (0 = unlimited)")
 	fs.BoolVar(&o.enableServiceProxy, "enable-service-proxy", false, "rewrite services/{name}/proxy to the cluster proxy of the Service's member cluster (needs list/watch on services; in authorize mode the gateway authorizes each request as kube-apiserver would and its own identity needs services/proxy in every member)")
 	fs.BoolVar(&o.mergeMemberEvents, "merge-member-events", true, "merge the member cluster's events into events lists and watches scoped to one pod (fieldSelector involvedObject.name=<pod>), rewritten to the template's UID; in authorize mode the member's are read with the gateway's identity once a SubjectAccessReview allows the caller to list or watch events in the namespace")

@@ -97,7 +97,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		ActiveStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "active_streams",
-			Help: "Upgraded (exec, attach, portforward) and streaming (log follow, watch) connections open now, by route.",
+			Help: "Streams (upgraded connections, watches, log follows, pods and services proxy requests) open now, by route.",
 		}, []string{"route"}),
 		StreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "stream_duration_seconds",

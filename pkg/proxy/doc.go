@@ -90,7 +90,9 @@
 //     get and create) and sent with the gateway's identity after every client
 //     identity header is removed; passthrough routes keep bearer callers'
 //     headers, and x509 callers are impersonated by the gateway.
-//   - Limits (limit.go): upgraded and streaming requests hold a slot of
+//   - Limits (limit.go): streams (isStreamRequest, decided for every request
+//     before routing: any Upgrade, watch or follow on any path, /watch/
+//     paths, pods/services/nodes proxy, below cluster proxies too) hold a slot of
 //     MaxStreams and of MaxStreamsPerClient for the client's identity (a
 //     SHA-256 of its bearer token, a certificate subject the Authorizer
 //     verified, else its IP) for as long as they stream; over either limit

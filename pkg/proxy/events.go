@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,14 +9,16 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
@@ -301,7 +304,7 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	w.Header().Del("Content-Length")
 	w.Header().Set("Content-Type", "application/json")
 	if warning != "" {
-		w.Header().Add("Warning", "299 - "+strconv.Quote(warning))
+		w.Header().Add("Warning", warningHeader(warning))
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
@@ -396,7 +399,7 @@ func (p *Proxy) readMemberEvents(ctx context.Context, em *eventsMerge, cluster s
 		return nil, err
 	}
 	var list corev1.EventList
-	if _, _, err := memberEventsDecoder.Decode(body, nil, &list); err != nil {
+	if _, _, err := apiDecoder.Decode(body, nil, &list); err != nil {
 		return nil, fmt.Errorf("decoding the member's events: %w", err)
 	}
 	return &list, nil
@@ -405,9 +408,9 @@ func (p *Proxy) readMemberEvents(ctx context.Context, em *eventsMerge, cluster s
 // protobufOrJSON is client-go's own Accept for core types.
 const protobufOrJSON = "application/vnd.kubernetes.protobuf,application/json"
 
-// memberEventsDecoder decodes an EventList from protobuf or JSON, whichever
-// the member answered, without conversion.
-var memberEventsDecoder = scheme.Codecs.UniversalDeserializer()
+// apiDecoder decodes core types and Status from protobuf or JSON,
+// whichever the upstream answered, without conversion.
+var apiDecoder = scheme.Codecs.UniversalDeserializer()
 
 // readTemplate reads the pod template the request is about. A nil pod and
 // no error mean the caller pinned another incarnation's UID: the member's
@@ -546,17 +549,60 @@ func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamId
 	return p.upstream.transport(as.gateway, false).RoundTrip(req)
 }
 
+// maxMessageBytes bounds an upstream's message the gateway repeats: it may
+// end up in a header, where a long one would cost every client its header
+// budget.
+const maxMessageBytes = 1024
+
+// statusMessage is the message of the Status an upstream answered with,
+// protobuf or JSON as its Content-Type says (the cluster proxy relays the
+// member's protobuf as such when asked for it), else the start of the body.
+// Either way it is readable text: invalid UTF-8 and control characters are
+// replaced, and bytes that are not text are described, not repeated.
 func statusMessage(body []byte) string {
+	var st metav1.Status
+	if obj, _, err := apiDecoder.Decode(body, nil, &st); err == nil {
+		if st, ok := obj.(*metav1.Status); ok && st.Message != "" {
+			return printable(st.Message)
+		}
+	}
 	var s struct {
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(body, &s) == nil && s.Message != "" {
-		return s.Message
+		return printable(s.Message) // a Status without kind, or another error object
 	}
-	if len(body) > 200 {
-		body = body[:200]
+	if !utf8.Valid(body) || bytes.ContainsFunc(body, func(r rune) bool { return unicode.IsControl(r) && !unicode.IsSpace(r) }) {
+		return fmt.Sprintf("a %d-byte body that is not text", len(body))
 	}
-	return strings.TrimSpace(string(body))
+	return printable(string(body))
+}
+
+// printable makes s fit for a log line, an event message or a quoted header
+// text: at most maxMessageBytes, valid UTF-8, control characters (newlines
+// included) as spaces, no space at either end.
+func printable(s string) string {
+	if len(s) > maxMessageBytes {
+		s = s[:maxMessageBytes]
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	return strings.TrimSpace(s)
+}
+
+// warningHeader is a Warning header value (RFC 9111, as kube-apiserver
+// sends warnings: code 299, agent "-") carrying text, which printable made
+// fit for its quoted string.
+func warningHeader(text string) string {
+	h, err := utilnet.NewWarningHeader(299, "-", printable(text))
+	if err != nil { // printable leaves nothing NewWarningHeader refuses
+		return `299 - "warning text not representable"`
+	}
+	return h
 }
 
 func copyHeader(dst, src http.Header) {

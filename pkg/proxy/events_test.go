@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
@@ -73,6 +76,13 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
 	case memberEvents:
 		if u.memberCode != 0 {
+			if strings.HasPrefix(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) && !u.memberJSONOnly {
+				// as kube-apiserver answers a client that asked for protobuf first
+				w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+				w.WriteHeader(u.memberCode)
+				_, _ = w.Write(protobufStatus(forbiddenStatus()))
+				return
+			}
 			writeJSON(w, u.memberCode, forbiddenStatus())
 			return
 		}
@@ -112,8 +122,10 @@ func TestEventsMerge(t *testing.T) {
 		target     string
 		accept     string
 		memberCode int
-		merge      bool
-		resolveErr error
+		// memberJSONOnly: the member answers JSON, its failures included.
+		memberJSONOnly bool
+		merge          bool
+		resolveErr     error
 		// wantMember: the member event is in the merged list; wantRaw: the
 		// request was passed through unchanged.
 		wantMember, wantRaw bool
@@ -127,7 +139,8 @@ func TestEventsMerge(t *testing.T) {
 		{name: "scoped list merges", target: eventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
 		{name: "kubectl describe selector", target: eventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
 		{name: "other uid gets no member events", target: eventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true, answeredByMerge: true},
-		{name: "member failure warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403:`},
+		{name: "member failure warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
+		{name: "member failure in JSON warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, memberJSONOnly: true, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
 		{name: "flag off passes through", target: eventsTarget("involvedObject.name=build", ""), merge: false},
 		{name: "unplaced pod passes through", target: eventsTarget("involvedObject.name=build", ""), merge: true, resolveErr: apierrors.NewNotFound(podsResource, "build")},
 		{name: "unscoped list untouched", target: "/api/v1/namespaces/ci/events", merge: true},
@@ -151,7 +164,7 @@ func TestEventsMerge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &eventsUpstream{memberCode: tt.memberCode}
+			up := &eventsUpstream{memberCode: tt.memberCode, memberJSONOnly: tt.memberJSONOnly}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			res := &stubResolver{cluster: testCluster, err: tt.resolveErr}
@@ -166,8 +179,8 @@ func TestEventsMerge(t *testing.T) {
 			if rec.Code != http.StatusOK {
 				t.Fatalf("code = %d, body %s", rec.Code, rec.Body)
 			}
-			if got := rec.Header().Get("Warning"); !strings.HasPrefix(got, tt.wantWarning) || (tt.wantWarning == "") != (got == "") {
-				t.Errorf("Warning = %q, want prefix %q", got, tt.wantWarning)
+			if got := rec.Header().Get("Warning"); got != tt.wantWarning {
+				t.Errorf("Warning = %q, want %q", got, tt.wantWarning)
 			}
 			wantRoute := metrics.RoutePassthrough
 			if tt.wantMember || tt.wantWarning != "" || tt.answeredByMerge {
@@ -282,6 +295,16 @@ func TestEventsKarmadaErrorRelayed(t *testing.T) {
 	}
 }
 
+// protobufStatus is st as kube-apiserver sends it to a client that asked
+// for protobuf: the "k8s\x00" envelope, then the Unknown wrapper.
+func protobufStatus(st *metav1.Status) []byte {
+	var b bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(st, &b); err != nil {
+		panic(err) // a Status always encodes
+	}
+	return b.Bytes()
+}
+
 func forbiddenStatus() *metav1.Status {
 	st := apierrors.NewForbidden(podsResource, "build", nil).ErrStatus
 	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
@@ -344,5 +367,66 @@ func TestMemberEventsReadAsProtobuf(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestStatusMessage(t *testing.T) {
+	statusWith := func(msg string) *metav1.Status {
+		return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: 403, Message: msg}
+	}
+	jsonOf := func(v any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var eventList bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(&corev1.EventList{Items: []corev1.Event{{Message: "not a status"}}}, &eventList); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"protobuf Status", protobufStatus(forbiddenStatus()), `pods "build" is forbidden: <nil>`},
+		{"JSON Status", jsonOf(forbiddenStatus()), `pods "build" is forbidden: <nil>`},
+		{"JSON error without kind", []byte(`{"message":"no kind here"}`), "no kind here"},
+		{"protobuf of another kind", eventList.Bytes(), fmt.Sprintf("a %d-byte body that is not text", eventList.Len())},
+		{"text", []byte("  <html>502 Bad Gateway</html>\n"), "<html>502 Bad Gateway</html>"},
+		{"text with control bytes", []byte("bad\x00gateway"), "a 11-byte body that is not text"},
+		{"control characters in the message", protobufStatus(statusWith("line one\nline\ttwo\x07\x1b[31m")), "line one line two  [31m"},
+		{"invalid UTF-8 in the message", jsonOf(statusWith("caf\xe9")), "caf\uFFFD"},
+		{"long message", jsonOf(statusWith(strings.Repeat("x", 3*maxMessageBytes))), strings.Repeat("x", maxMessageBytes)},
+		{"empty", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := statusMessage(tt.body); got != tt.want {
+				t.Errorf("statusMessage = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWarningHeader: whatever the text, the header is one RFC 9111 warning
+// that a client's parser (client-go's) reads back as the printable text.
+func TestWarningHeader(t *testing.T) {
+	for _, text := range []string{
+		`member events from m unavailable: HTTP 403: pods "build" is forbidden`,
+		`back\slash and "quotes"`,
+		"new\nline, NUL \x00, escape \x1b, DEL \x7f",
+		"invalid \xff UTF-8",
+		"",
+	} {
+		h := warningHeader(text)
+		got, rest, err := utilnet.ParseWarningHeader(h)
+		if err != nil || rest != "" {
+			t.Fatalf("warningHeader(%q) = %q: %v, left %q", text, h, err, rest)
+		}
+		if got.Code != 299 || got.Agent != "-" || got.Text != printable(text) || strings.ContainsFunc(got.Text, unicode.IsControl) {
+			t.Errorf("warningHeader(%q) = %q parses as %+v, want text %q", text, h, got, printable(text))
+		}
 	}
 }

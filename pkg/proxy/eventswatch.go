@@ -120,13 +120,9 @@ func (e *eventCursors) lookup(er eventsRequest, karmadaRV string) (memberCursor,
 func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	r, er := em.r, em.eventsRequest
 	ctx := r.Context()
-	state := stateFrom(ctx)
-	state.streaming = true
-	release, ok := p.acquireStream(w, r, state)
-	if !ok {
+	if !p.holdStream(w, r, stateFrom(ctx)) {
 		return
 	}
-	defer release()
 
 	// The watch goes to karmada-apiserver as sent unless the gateway has to
 	// pin the resourceVersion of the list it starts from.

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -84,7 +82,7 @@ func (w *responseWriter) recordHeader(code int) {
 	route := w.state.route
 	w.metrics.requests(route, code).Inc()
 	w.metrics.duration(route).Observe(time.Since(w.start).Seconds())
-	if code == http.StatusSwitchingProtocols || (w.state.streaming && code >= 200 && code < 300) {
+	if code == http.StatusSwitchingProtocols || (w.state.stream && code >= 200 && code < 300) {
 		w.streamOpen = true
 		w.streamStart = time.Now()
 		w.metrics.ActiveStreams.WithLabelValues(route).Inc()
@@ -158,34 +156,4 @@ func (c *upgradedConn) CloseWrite() error {
 	err := cw.CloseWrite()
 	_ = c.Conn.SetReadDeadline(time.Now().Add(upgradeLinger))
 	return err
-}
-
-// isStreamingRequest reports whether r asks for a response that stays open:
-// a watch, or a followed log, by kube-apiserver's bool query conversion.
-func isStreamingRequest(route string, u *url.URL) bool {
-	if route == metrics.RouteServiceProxy || route == metrics.RoutePodProxy {
-		// The query belongs to the proxied application, not to the API.
-		return false
-	}
-	if u.RawQuery == "" { // most requests; spares parsing an empty query
-		return route != metrics.RouteLog && isWatchPath(u.Path)
-	}
-	q, _ := url.ParseQuery(u.RawQuery)
-	truthy := func(key string) bool {
-		v, ok := q[key]
-		return ok && len(v) > 0 && queryTrue(v[0])
-	}
-	if route == metrics.RouteLog {
-		return truthy("follow")
-	}
-	return truthy("watch") || isWatchPath(u.Path)
-}
-
-// isWatchPath matches the legacy /api/v1/watch/... and /apis/<g>/<v>/watch/... paths.
-func isWatchPath(p string) bool {
-	if strings.HasPrefix(p, "/api/v1/watch/") {
-		return true
-	}
-	parts := strings.SplitN(p, "/", 6) // "", "apis", group, version, "watch", rest
-	return len(parts) == 6 && parts[1] == "apis" && parts[4] == "watch"
 }

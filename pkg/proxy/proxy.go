@@ -65,8 +65,9 @@ type Options struct {
 	// Metrics receives request and stream metrics; nil records into a
 	// private registry.
 	Metrics *metrics.Metrics
-	// MaxStreams bounds the upgraded (exec, attach, portforward, any other
-	// Upgrade) and streaming (watch, log follow) requests open at once;
+	// MaxStreams bounds the streams open at once, as isStreamRequest
+	// classifies every request before routing (any Upgrade, watch or follow
+	// on any path, pods/services/nodes proxy, also below the cluster proxy);
 	// MaxStreamsPerClient bounds them per client identity (see
 	// clientIdentity). A request over either limit gets 429 before anything
 	// is sent upstream. 0 is unlimited.
@@ -170,9 +171,12 @@ func New(opts Options) (*Proxy, error) {
 // requestState is what the handlers decide about one request, read by the
 // Rewrite hook, the transport, the error handler and the metrics writer.
 type requestState struct {
-	route     string
-	upgrade   bool
-	streaming bool
+	route string
+	// upgrade: the request asks for an Upgrade. stream: it takes a stream
+	// slot (isStreamRequest), upgrades included.
+	upgrade, stream bool
+	// releaseStream gives the stream slot back; set once holdStream took it.
+	releaseStream func()
 	// clientGone marks a request whose client left before any response.
 	clientGone bool
 
@@ -194,7 +198,13 @@ func stateFrom(ctx context.Context) *requestState {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	state := &requestState{route: metrics.RoutePassthrough, upstreamName: upstreamKarmada}
+	// Whether a request is a stream is decided here, once, before any route
+	// sees it: a stream limit that each route had to remember could be
+	// bypassed by the route that forgot.
+	state := &requestState{
+		route: metrics.RoutePassthrough, upstreamName: upstreamKarmada,
+		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r),
+	}
 	rw := newResponseWriter(w, p.series, state)
 	defer rw.finish()
 
@@ -204,6 +214,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.leave()
+	// ReverseProxy returns only when the stream ended, upgraded ones
+	// included, so a slot is held exactly as long as the stream.
+	defer func() {
+		if state.releaseStream != nil {
+			state.releaseStream()
+		}
+	}()
 
 	// The request keeps the server's context values (ReverseProxy only
 	// aborts a cut stream when it sees it runs under an http.Server) and is
@@ -320,6 +337,9 @@ const maxCheckBodyBytes = 1 << 20
 // karmada-apiserver's own for this caller and is relayed as it came.
 // Nothing is cached: the cache would have to be keyed on credentials.
 func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resource, namespace, name string) bool {
+	if !p.holdStream(w, r, stateFrom(r.Context())) { // a refused stream sends nothing upstream, the check included
+		return false
+	}
 	edit, err := admissionCheckHeader(r.Header)
 	if err != nil {
 		klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", err)
@@ -417,16 +437,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewBadRequest("invalid Upgrade header"))
 		return
 	}
-	state.upgrade = up != ""
-	state.streaming = isStreamingRequest(state.route, r.URL)
-	if state.upgrade || state.streaming {
-		// ReverseProxy returns only when the stream ended, upgraded ones
-		// included, so the slot is held exactly as long as the stream.
-		release, ok := p.acquireStream(w, r, state)
-		if !ok {
-			return
-		}
-		defer release()
+	if !p.holdStream(w, r, state) {
+		return
 	}
 	p.reverse.ServeHTTP(w, r)
 }
