@@ -23,40 +23,41 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 type fakeAuthorizer struct {
-	caller  Caller
+	caller  identity.Caller
 	deny    error
 	authErr error
 	// denyVerb denies only requests with that verb, with its error.
 	denyVerb map[string]error
 
 	mu         sync.Mutex
-	authorized []ResourceRequest
+	authorized []identity.ResourceRequest
 	authed     int
 }
 
-func (f *fakeAuthorizer) AuthorizeResource(_ context.Context, r *http.Request, rr ResourceRequest) (Caller, error) {
+func (f *fakeAuthorizer) AuthorizeResource(_ context.Context, r *http.Request, rr identity.ResourceRequest) (identity.Caller, error) {
 	f.mu.Lock()
 	f.authorized = append(f.authorized, rr)
 	f.mu.Unlock()
 	if f.deny != nil {
-		return Caller{}, f.deny
+		return identity.Caller{}, f.deny
 	}
 	if err := f.denyVerb[rr.Verb]; err != nil {
-		return Caller{}, err
+		return identity.Caller{}, err
 	}
 	return f.caller, nil
 }
 
-func (f *fakeAuthorizer) Authenticate(_ context.Context, r *http.Request) (Caller, error) {
+func (f *fakeAuthorizer) Authenticate(_ context.Context, r *http.Request) (identity.Caller, error) {
 	f.mu.Lock()
 	f.authed++
 	f.mu.Unlock()
 	if f.authErr != nil {
-		return Caller{}, f.authErr
+		return identity.Caller{}, f.authErr
 	}
 	return f.caller, nil
 }
@@ -106,7 +107,7 @@ func TestAuthorizeMode(t *testing.T) {
 		"Sec-Websocket-Protocol":    {"base64url.bearer.authorization.k8s.io.c2VjcmV0, v5.channel.k8s.io, v4.channel.k8s.io"},
 		"X-Stream-Protocol-Version": {"v4.channel.k8s.io"},
 	}
-	caller := Caller{
+	caller := identity.Caller{
 		Name: "alice", UID: "uid-1", Groups: []string{"dev", "system:authenticated"},
 		Extra: map[string][]string{"scopes": {"a", "b"}, "example.com/key with space": {"v"}},
 	}
@@ -296,10 +297,10 @@ func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
 // adds. POST pods/log, which kube-apiserver authorizes as create and then
 // answers 405, never reaches the member as the gateway.
 func TestAuthorizeModePodVerbs(t *testing.T) {
-	rr := func(sub string, verbs ...string) []ResourceRequest {
-		var out []ResourceRequest
+	rr := func(sub string, verbs ...string) []identity.ResourceRequest {
+		var out []identity.ResourceRequest
 		for _, v := range verbs {
-			out = append(out, ResourceRequest{Namespace: "ci", Verb: v, Resource: "pods", Subresource: sub, Name: "p"})
+			out = append(out, identity.ResourceRequest{Namespace: "ci", Verb: v, Resource: "pods", Subresource: sub, Name: "p"})
 		}
 		return out
 	}
@@ -314,7 +315,7 @@ func TestAuthorizeModePodVerbs(t *testing.T) {
 		header            [][2]string
 		denyVerb          map[string]error
 		wantCode          int
-		wantAsked         []ResourceRequest
+		wantAsked         []identity.ResourceRequest
 	}{
 		{"POST exec", "POST", "exec", upgrade, nil, 101, rr("exec", "create")},
 		{"GET exec upgrade", "GET", "exec", upgrade, nil, 101, rr("exec", "get", "create")},
@@ -332,7 +333,7 @@ func TestAuthorizeModePodVerbs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice"}, denyVerb: tt.denyVerb})
+			env := newAuthorizeEnv(t, &fakeAuthorizer{caller: identity.Caller{Name: "alice"}, denyVerb: tt.denyVerb})
 			c := env.dial(t, nil)
 			resp := c.send(t, tt.method, "/api/v1/namespaces/ci/pods/p/"+tt.sub, tt.header)
 			if resp.StatusCode != tt.wantCode {

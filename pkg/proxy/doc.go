@@ -84,7 +84,7 @@
 //     and identity headers (a WebSocket subprotocol token as Authorization).
 //     Any answer but 200 is relayed as it came, so a caller it refuses learns
 //     nothing about placement. Nothing is cached.
-//   - Authorize mode (auth.go): rewritten routes are authorized by the
+//   - Authorize mode (pkg/identity on the wire): rewritten routes are authorized by the
 //     Authorizer with the verbs kube-apiserver checks for the method
 //     (PodRequest.ResourceRequests: GET of exec, attach and portforward needs
 //     get and create) and sent with the gateway's identity after every client

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -241,9 +242,9 @@ func (p *Proxy) memberIdentity(em *eventsMerge, verb string) upstreamIdentity {
 	}
 	return upstreamIdentity{
 		gateway:    true,
-		editHeader: StripIdentityHeaders,
+		editHeader: identity.StripHeaders,
 		authorize: func(ctx context.Context) error {
-			_, err := p.authorizer.AuthorizeResource(ctx, em.r, ResourceRequest{
+			_, err := p.authorizer.AuthorizeResource(ctx, em.r, identity.ResourceRequest{
 				Namespace: em.Namespace, Verb: verb, Resource: "events",
 			})
 			return err
@@ -475,7 +476,7 @@ type upstreamIdentity struct {
 // client certificate, which cannot be forwarded: the gateway authenticates
 // it and impersonates the caller with its own identity.
 func (p *Proxy) passthroughIdentity(ctx context.Context, r *http.Request) (upstreamIdentity, error) {
-	if p.authMode != AuthAuthorize || hasBearerToken(r) || !hasClientCertificate(r) {
+	if p.authMode != AuthAuthorize || identity.HasBearerToken(r) || !identity.HasClientCertificate(r) {
 		return upstreamIdentity{}, nil
 	}
 	caller, err := p.authorizer.Authenticate(ctx, r)
@@ -487,8 +488,8 @@ func (p *Proxy) passthroughIdentity(ctx context.Context, r *http.Request) (upstr
 		gateway:      true,
 		certVerified: true,
 		editHeader: func(h http.Header) {
-			StripIdentityHeaders(h)
-			setImpersonation(h, caller)
+			identity.StripHeaders(h)
+			identity.SetImpersonation(h, caller)
 		},
 	}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -622,7 +623,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 	}
 
 	t.Run("list allowed", func(t *testing.T) {
-		authz := &fakeAuthorizer{caller: Caller{Name: "runner"}}
+		authz := &fakeAuthorizer{caller: identity.Caller{Name: "runner"}}
 		gw, api := gatewayFor(t, authz)
 		list, _ := listEvents(t, gw, http.Header{"Authorization": {"Bearer caller-token"}, "Impersonate-User": {"someone-else"}})
 		if len(list.Items) != 2 || list.Items[1].Annotations[MemberClusterAnnotation] != "member1" {
@@ -632,7 +633,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 			t.Fatalf("member requests: %v", urls(api.requests(memberPath)))
 		}
 		checkIdentities(t, api)
-		want := []ResourceRequest{{Namespace: "ci", Verb: "list", Resource: "events"}}
+		want := []identity.ResourceRequest{{Namespace: "ci", Verb: "list", Resource: "events"}}
 		if got := authz.authorized; len(got) != 1 || got[0] != want[0] {
 			t.Errorf("authorized %+v, want %+v", got, want)
 		}
@@ -652,7 +653,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 
 	t.Run("unplaced pod, certificate caller", func(t *testing.T) {
 		// The caller is authenticated once: the karmada-only answer reuses it.
-		authz := &fakeAuthorizer{caller: Caller{Name: "alice"}}
+		authz := &fakeAuthorizer{caller: identity.Caller{Name: "alice"}}
 		api := newFakeWatchAPI()
 		up := httptest.NewServer(api)
 		defer up.Close()
@@ -674,7 +675,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 	})
 
 	t.Run("watch allowed", func(t *testing.T) {
-		authz := &fakeAuthorizer{caller: Caller{Name: "runner"}}
+		authz := &fakeAuthorizer{caller: identity.Caller{Name: "runner"}}
 		gw, api := gatewayFor(t, authz)
 		w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 		wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -206,7 +207,7 @@ func assertGatewayIdentityOnly(t *testing.T, h http.Header) {
 }
 
 func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
-	caller := Caller{Name: "alice", Groups: []string{"dev", "system:authenticated"}}
+	caller := identity.Caller{Name: "alice", Groups: []string{"dev", "system:authenticated"}}
 	for _, sub := range podSubresources {
 		for _, upgrade := range []bool{false, true} {
 			name := sub
@@ -253,7 +254,7 @@ func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
 // If a client could list Impersonate-User as hop-by-hop and have it removed
 // after the gateway set it, it would act as the gateway itself.
 func TestForgedConnectionCannotDropImpersonation(t *testing.T) {
-	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
+	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: identity.Caller{Name: "alice", Groups: []string{"dev"}}})
 	cert := clientCertificate(t)
 	c := env.dial(t, &cert)
 	header := append([][2]string(nil), forgedIdentity[1:]...) // no bearer: the certificate is the credential
@@ -285,7 +286,7 @@ func TestForgedConnectionCannotDropImpersonation(t *testing.T) {
 // is about the pod in karmada-apiserver and the member cluster is the
 // Resolver's answer; nothing in the request can choose it.
 func TestClusterComesOnlyFromResolver(t *testing.T) {
-	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice"}})
+	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: identity.Caller{Name: "alice"}})
 	c := env.dial(t, nil)
 	resp := c.send(t, "POST",
 		"/api/v1/namespaces/ci/pods/p/exec?command=sh&cluster=member2&clusterName=member2&labelSelector=cluster.karmada.io%2Fname%3Dmember2",
@@ -312,7 +313,7 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 	if !reflect.DeepEqual(env.res.calls, []string{"ci/p"}) {
 		t.Errorf("resolver calls %q, want only ci/p", env.res.calls)
 	}
-	if want := []ResourceRequest{{Namespace: "ci", Verb: "create", Resource: "pods", Subresource: "exec", Name: "p"}}; !reflect.DeepEqual(env.authz.authorized, want) {
+	if want := []identity.ResourceRequest{{Namespace: "ci", Verb: "create", Resource: "pods", Subresource: "exec", Name: "p"}}; !reflect.DeepEqual(env.authz.authorized, want) {
 		t.Errorf("authorized %+v, want the pod request %+v", env.authz.authorized, want)
 	}
 

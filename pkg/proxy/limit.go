@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -80,13 +81,13 @@ func (l *streamLimiter) tooMany(scope string) error {
 // remote IP. An unverified certificate counts as anonymous, or a client
 // could mint a fresh subject per stream.
 func clientIdentity(r *http.Request, certVerified bool) string {
-	if token, ok := bearerTokenOf(r.Header); ok {
+	if token, ok := identity.BearerToken(r.Header); ok {
 		return hashedToken(token)
 	}
-	if token, ok := webSocketBearerToken(r.Header); ok {
+	if token, ok := identity.WebSocketBearerEntry(r.Header); ok {
 		return hashedToken(token)
 	}
-	if certVerified && hasClientCertificate(r) {
+	if certVerified && identity.HasClientCertificate(r) {
 		return "x509:" + r.TLS.PeerCertificates[0].Subject.String()
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -99,31 +100,6 @@ func clientIdentity(r *http.Request, certVerified bool) string {
 func hashedToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return "token:" + hex.EncodeToString(sum[:])
-}
-
-// bearerTokenOf parses Authorization as kube-apiserver's bearer token
-// authenticator does: the first value, scheme case-insensitive, an empty
-// token is no token.
-func bearerTokenOf(h http.Header) (string, bool) {
-	parts := strings.SplitN(strings.TrimSpace(h.Get("Authorization")), " ", 3)
-	if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
-		return "", false
-	}
-	return parts[1], true
-}
-
-// webSocketBearerToken returns the token of a
-// base64url.bearer.authorization.k8s.io.<token> subprotocol, still encoded:
-// the key only has to be stable per token.
-func webSocketBearerToken(h http.Header) (string, bool) {
-	for _, v := range h.Values("Sec-Websocket-Protocol") {
-		for _, p := range strings.Split(v, ",") {
-			if token, ok := strings.CutPrefix(strings.TrimSpace(p), websocketBearerPrefix); ok && token != "" {
-				return token, true
-			}
-		}
-	}
-	return "", false
 }
 
 // holdStream takes a stream slot for r if isStreamRequest said it is a

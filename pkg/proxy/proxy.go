@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -284,7 +285,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // and, if so, has the request sent with the gateway's identity and without
 // any identity header of the client's. Otherwise it writes the Status and
 // returns false.
-func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
+func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
 	if err != nil {
 		logger.V(2).Info("Request not authorized", "err", err)
@@ -292,9 +293,9 @@ func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr Re
 		return logger, false
 	}
 	state := stateFrom(r.Context())
-	state.certVerified = !hasBearerToken(r) && hasClientCertificate(r)
+	state.certVerified = !identity.HasBearerToken(r) && identity.HasClientCertificate(r)
 	state.gatewayIdentity = true
-	state.editHeader = StripIdentityHeaders
+	state.editHeader = identity.StripHeaders
 	return logger.WithValues("user", caller.Name), true
 }
 
@@ -375,8 +376,8 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 // kube-apiserver answers 401 to); no WebSocket header goes at all.
 func admissionCheckHeader(orig http.Header) (func(http.Header), error) {
 	var authorization string
-	if _, ok := bearerTokenOf(orig); !ok {
-		token, ok, err := WebSocketBearerToken(orig)
+	if _, ok := identity.BearerToken(orig); !ok {
+		token, ok, err := identity.WebSocketBearerToken(orig)
 		if err != nil {
 			return nil, fmt.Errorf("admission check: %w", err)
 		}
@@ -629,4 +630,8 @@ type klogWriter struct{}
 func (klogWriter) Write(b []byte) (int, error) {
 	klog.Background().V(2).Info("Reverse proxy", "msg", strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

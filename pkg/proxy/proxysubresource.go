@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -264,12 +265,12 @@ const proxyAllow = "GET, HEAD, POST, PUT, PATCH, DELETE"
 // Unlike pods/exec, a WebSocket GET stays get: kube-apiserver's extra
 // create check on upgrades covers exec, attach and portforward only.
 // It reports false for a method with no RBAC verb.
-func (pr ProxyRequest) ResourceRequest(method string) (ResourceRequest, bool) {
+func (pr ProxyRequest) ResourceRequest(method string) (identity.ResourceRequest, bool) {
 	verb, ok := proxyVerbs[method]
 	if !ok {
-		return ResourceRequest{}, false
+		return identity.ResourceRequest{}, false
 	}
-	return ResourceRequest{
+	return identity.ResourceRequest{
 		Namespace: pr.Namespace, Verb: verb, Resource: pr.Resource,
 		Subresource: "proxy", Name: pr.Segment,
 	}, true

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -182,7 +183,7 @@ func TestProxySubresourceAuthorizeMode(t *testing.T) {
 				name += " upgraded"
 			}
 			t.Run(name, func(t *testing.T) {
-				env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
+				env := newAuthorizeEnv(t, &fakeAuthorizer{caller: identity.Caller{Name: "alice", Groups: []string{"dev"}}})
 				header := append([][2]string(nil), forgedIdentity...)
 				want := http.StatusOK
 				if tt.upgrade {
@@ -195,7 +196,7 @@ func TestProxySubresourceAuthorizeMode(t *testing.T) {
 					body, _ := io.ReadAll(resp.Body)
 					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
 				}
-				wantRR := []ResourceRequest{{Namespace: "ci", Verb: tt.verb, Resource: route.resource, Subresource: "proxy", Name: "https:web:443"}}
+				wantRR := []identity.ResourceRequest{{Namespace: "ci", Verb: tt.verb, Resource: route.resource, Subresource: "proxy", Name: "https:web:443"}}
 				if !reflect.DeepEqual(env.authz.authorized, wantRR) {
 					t.Errorf("authorized %+v, want %+v", env.authz.authorized, wantRR)
 				}
@@ -234,9 +235,9 @@ func TestProxySubresourceAuthorizeModeRefusals(t *testing.T) {
 				wantCode: http.StatusForbidden, wantMsg: forbidden.Error(), wantAuthorized: 1},
 			{name: "unauthenticated", method: "POST", authz: &fakeAuthorizer{deny: apierrors.NewUnauthorized("Unauthorized")},
 				wantCode: http.StatusUnauthorized, wantMsg: "Unauthorized", wantAuthorized: 1},
-			{name: "OPTIONS has no RBAC verb", method: "OPTIONS", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+			{name: "OPTIONS has no RBAC verb", method: "OPTIONS", authz: &fakeAuthorizer{caller: identity.Caller{Name: "alice"}},
 				wantCode: http.StatusMethodNotAllowed, wantMsg: notAllowed("OPTIONS")},
-			{name: "unknown method", method: "PROPFIND", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+			{name: "unknown method", method: "PROPFIND", authz: &fakeAuthorizer{caller: identity.Caller{Name: "alice"}},
 				wantCode: http.StatusMethodNotAllowed, wantMsg: notAllowed("PROPFIND")},
 		}
 		for _, tt := range tests {

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
 func TestErrorsAreStatus(t *testing.T) {
@@ -72,7 +74,7 @@ func TestErrorsAreStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := Options{Upstream: &rest.Config{Host: tt.upstream}, Resolver: tt.resolver}
 			if strings.HasSuffix(tt.name, "(authorize mode)") {
-				opts.AuthMode, opts.Authorizer = AuthAuthorize, &fakeAuthorizer{caller: Caller{Name: "alice"}}
+				opts.AuthMode, opts.Authorizer = AuthAuthorize, &fakeAuthorizer{caller: identity.Caller{Name: "alice"}}
 			}
 			p := newTestProxy(t, opts)
 			gw := httptest.NewServer(p)
