@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
@@ -217,7 +218,7 @@ func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := p.passthroughIdentity(ctx, r)
 	if err != nil {
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return
 	}
 	stateFrom(ctx).certVerified = id.certVerified
@@ -301,7 +302,7 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 		p.handleError(w, r, err)
 		return
 	}
-	copyHeader(w.Header(), res.Header)
+	apiresponse.CopyHeader(w.Header(), res.Header)
 	w.Header().Del("Content-Length")
 	w.Header().Set("Content-Type", "application/json")
 	if warning != "" {
@@ -329,7 +330,7 @@ func (p *Proxy) listKarmadaEvents(w http.ResponseWriter, em *eventsMerge, rawQue
 	}
 	var list corev1.EventList
 	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
-		relayResponse(w, res, body)
+		apiresponse.Relay(w, res, body)
 		return nil, nil
 	}
 	return &list, res
@@ -337,15 +338,6 @@ func (p *Proxy) listKarmadaEvents(w http.ResponseWriter, em *eventsMerge, rawQue
 
 func memberUnavailableMessage(cluster string, err error) string {
 	return fmt.Sprintf("member events from %s unavailable: %v", cluster, err)
-}
-
-// relayResponse writes an upstream answer the gateway does not merge into
-// as it came.
-func relayResponse(w http.ResponseWriter, res *http.Response, body []byte) {
-	copyHeader(w.Header(), res.Header)
-	w.Header().Del("Content-Length")
-	w.WriteHeader(res.StatusCode)
-	_, _ = w.Write(body)
 }
 
 // memberEvents is the member's side of a merged list.
@@ -604,14 +596,4 @@ func warningHeader(text string) string {
 		return `299 - "warning text not representable"`
 	}
 	return h
-}
-
-func copyHeader(dst, src http.Header) {
-	for k, v := range src {
-		switch http.CanonicalHeaderKey(k) {
-		case "Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length":
-			continue
-		}
-		dst[k] = append([]string(nil), v...)
-	}
 }

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 )
 
 // eventWatchTiming tunes merged event watches; tests shorten it.
@@ -147,7 +149,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
-		relayResponse(w, res, body)
+		apiresponse.Relay(w, res, body)
 		return
 	}
 
@@ -159,7 +161,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 			m.memberCursor = c
 		}
 	}
-	copyHeader(w.Header(), res.Header)
+	apiresponse.CopyHeader(w.Header(), res.Header)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if !m.flush() { // the client learns the watch is open even with nothing to send

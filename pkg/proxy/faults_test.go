@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -93,7 +94,7 @@ func TestMemberClusterDownFailsOnlyItsPods(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, deadProxy) {
 			// What Karmada's aggregated apiserver answers when a member is unreachable.
-			writeStatus(w, apierrors.NewServiceUnavailable(`error trying to reach cluster "member3": dial tcp: connect: connection refused`))
+			apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable(`error trying to reach cluster "member3": dial tcp: connect: connection refused`))
 			return
 		}
 		_, _ = io.WriteString(w, "ok")

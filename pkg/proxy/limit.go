@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
@@ -120,7 +121,7 @@ func (p *Proxy) holdStream(w http.ResponseWriter, r *http.Request, state *reques
 	p.metrics.StreamLimitRejectionsTotal.WithLabelValues(limitedBy).Inc()
 	klog.FromContext(r.Context()).V(2).Info("Stream limit reached", "scope", limitedBy, "route", state.route)
 	refuseUpgrade(w, r)
-	writeStatus(w, p.limiter.tooMany(limitedBy))
+	apiresponse.WriteStatus(w, p.limiter.tooMany(limitedBy))
 	return false
 }
 

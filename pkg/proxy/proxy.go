@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
@@ -211,7 +212,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if !p.enter() {
 		rw.Header().Set("Connection", "close")
-		writeStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
+		apiresponse.WriteStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
 		return
 	}
 	defer p.leave()
@@ -260,7 +261,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 			// authorized create as it does, answer its 405 here rather
 			// than let the member refuse the gateway's identity.
 			w.Header().Set("Allow", http.MethodGet)
-			writeStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/log"}, r.Method))
+			apiresponse.WriteStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/log"}, r.Method))
 			return
 		}
 	} else if !p.admittedByKarmada(w, r, podsResource.Resource, pr.Namespace, pr.Name) {
@@ -270,7 +271,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
 	if err != nil {
 		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return
 	}
 	path := "/api/v1/namespaces/" + pr.Namespace + "/pods/" + pr.Name + "/" + pr.Subresource
@@ -289,7 +290,7 @@ func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr id
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
 	if err != nil {
 		logger.V(2).Info("Request not authorized", "err", err)
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return logger, false
 	}
 	state := stateFrom(r.Context())
@@ -306,7 +307,7 @@ func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr id
 func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logger, cluster, object, prefix, rest, restPath string) bool {
 	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
 		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
-		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for %s", cluster, object)))
+		apiresponse.WriteStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for %s", cluster, object)))
 		return false
 	}
 	base := karmada.ClusterProxyPath(cluster, prefix)
@@ -345,7 +346,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 	if err != nil {
 		klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", err)
 		refuseUpgrade(w, r)
-		writeStatus(w, apierrors.NewUnauthorized("Unauthorized")) // kube-apiserver's answer to it
+		apiresponse.WriteStatus(w, apierrors.NewUnauthorized("Unauthorized")) // kube-apiserver's answer to it
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
@@ -365,7 +366,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 	}
 	klog.FromContext(r.Context()).V(2).Info("karmada-apiserver refused the caller", "resource", resource, "namespace", namespace, "name", name, "code", res.StatusCode)
 	refuseUpgrade(w, r)
-	relayResponse(w, res, body)
+	apiresponse.Relay(w, res, body)
 	return false
 }
 
@@ -416,7 +417,7 @@ func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := p.passthroughIdentity(ctx, r)
 	if err != nil {
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return
 	}
 	p.forwardAs(w, r, id)
@@ -435,7 +436,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	state := stateFrom(r.Context())
 	up := upgradeType(r.Header)
 	if up != "" && !isPrintableASCII(up) {
-		writeStatus(w, apierrors.NewBadRequest("invalid Upgrade header"))
+		apiresponse.WriteStatus(w, apierrors.NewBadRequest("invalid Upgrade header"))
 		return
 	}
 	if !p.holdStream(w, r, state) {
@@ -529,19 +530,19 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, errUpgradeMismatch):
 		logger.Info("Refusing upstream protocol switch", "err", err)
-		writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+		apiresponse.WriteStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
 			Message: fmt.Sprintf("error upgrading the connection through %s: %v", state.upstreamName, err),
 		}})
 	case ctx.Err() != nil && p.drainCtx.Err() != nil:
-		writeStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
+		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
 	case ctx.Err() != nil:
 		// The client went away; there is nobody to answer.
 		logger.V(4).Info("Client cancelled the request", "err", err)
 		state.clientGone = true
 	default:
 		logger.Error(err, "Upstream unreachable")
-		writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("error trying to reach %s: %v", state.upstreamName, err)))
+		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("error trying to reach %s: %v", state.upstreamName, err)))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -217,7 +218,7 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 		rr, ok := pr.ResourceRequest(r.Method)
 		if !ok {
 			w.Header().Set("Allow", proxyAllow)
-			writeStatus(w, proxyMethodNotAllowed(pr, r.Method))
+			apiresponse.WriteStatus(w, proxyMethodNotAllowed(pr, r.Method))
 			return
 		}
 		if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
@@ -229,7 +230,7 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 	cluster, err := resolve(ctx, pr.Namespace, pr.Name)
 	if err != nil {
 		logger.V(2).Info("Not resolved to a member cluster", "err", err)
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return
 	}
 	prefix := "/api/v1/namespaces/" + pr.Namespace + "/" + pr.Resource + "/" + pr.Segment + "/proxy"

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -63,7 +64,7 @@ func refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if state := stateFrom(r.Context()); state != nil {
 		state.route = metrics.RouteRefused
 	}
-	writeStatus(w, err)
+	apiresponse.WriteStatus(w, err)
 }
 
 // guardPodRequests answers 400 for every request that targets a pod stream

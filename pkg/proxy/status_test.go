@@ -105,14 +105,3 @@ func TestErrorsAreStatus(t *testing.T) {
 		})
 	}
 }
-
-func TestStatusFor(t *testing.T) {
-	st := statusFor(errors.New("boom"))
-	if st.Code != 500 || st.Reason != metav1.StatusReasonInternalError || st.Kind != "Status" || st.APIVersion != "v1" {
-		t.Errorf("plain error: %+v", st)
-	}
-	wrapped := statusFor(errors.Join(errors.New("ctx"), apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errors.New("no"))))
-	if wrapped.Code != 403 || wrapped.Reason != metav1.StatusReasonForbidden {
-		t.Errorf("wrapped APIStatus: %+v", wrapped)
-	}
-}
