@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,7 +15,6 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,42 +23,8 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
-
-type fakeAuthorizer struct {
-	caller  identity.Caller
-	deny    error
-	authErr error
-	// denyVerb denies only requests with that verb, with its error.
-	denyVerb map[string]error
-
-	mu         sync.Mutex
-	authorized []identity.ResourceRequest
-	authed     int
-}
-
-func (f *fakeAuthorizer) AuthorizeResource(_ context.Context, r *http.Request, rr identity.ResourceRequest) (identity.Caller, error) {
-	f.mu.Lock()
-	f.authorized = append(f.authorized, rr)
-	f.mu.Unlock()
-	if f.deny != nil {
-		return identity.Caller{}, f.deny
-	}
-	if err := f.denyVerb[rr.Verb]; err != nil {
-		return identity.Caller{}, err
-	}
-	return f.caller, nil
-}
-
-func (f *fakeAuthorizer) Authenticate(_ context.Context, r *http.Request) (identity.Caller, error) {
-	f.mu.Lock()
-	f.authed++
-	f.mu.Unlock()
-	if f.authErr != nil {
-		return identity.Caller{}, f.authErr
-	}
-	return f.caller, nil
-}
 
 // certRequestingGateway serves p over TLS asking for (not requiring) a
 // client certificate, as the gateway does with --client-ca-file, and
@@ -125,16 +89,16 @@ func TestAuthorizeMode(t *testing.T) {
 		target   string
 		header   http.Header
 		withCert bool
-		authz    *fakeAuthorizer
+		authz    *proxytest.Authorizer
 		wantCode int
 		// check inspects what the upstream received.
 		check func(t *testing.T, got recorded)
 	}{
 		{
 			name: "rewritten route uses the gateway identity", target: "/api/v1/namespaces/ci/pods/p/exec?command=sh",
-			header: forged, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
+			header: forged, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
 			check: func(t *testing.T, got recorded) {
-				if got.Path != karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/exec") {
+				if got.Path != karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/p/exec") {
 					t.Errorf("path %q", got.Path)
 				}
 				if got.Header.Get("Authorization") != "Bearer gateway-token" {
@@ -155,11 +119,11 @@ func TestAuthorizeMode(t *testing.T) {
 		},
 		{
 			name: "denied rewritten route never reaches upstream", target: "/api/v1/namespaces/ci/pods/p/attach",
-			header: forged, authz: &fakeAuthorizer{deny: forbidden}, wantCode: 403,
+			header: forged, authz: &proxytest.Authorizer{Deny: forbidden}, wantCode: 403,
 		},
 		{
 			name: "passthrough with bearer is unchanged", target: "/api/v1/namespaces/ci/pods/p",
-			header: forged, withCert: true, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
+			header: forged, withCert: true, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
 			check: func(t *testing.T, got recorded) {
 				for _, k := range identity {
 					if !reflect.DeepEqual(got.Header[k], forged[k]) {
@@ -170,7 +134,7 @@ func TestAuthorizeMode(t *testing.T) {
 		},
 		{
 			name: "passthrough x509 caller is impersonated", target: "/api/v1/namespaces/ci/pods/p",
-			header: noBearer(forged), withCert: true, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
+			header: noBearer(forged), withCert: true, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
 			check: func(t *testing.T, got recorded) {
 				want := map[string][]string{
 					"Authorization":     {"Bearer gateway-token"},
@@ -206,11 +170,11 @@ func TestAuthorizeMode(t *testing.T) {
 		},
 		{
 			name: "passthrough x509 caller not authenticated", target: "/api/v1/namespaces/ci/pods/p",
-			header: noBearer(forged), withCert: true, authz: &fakeAuthorizer{authErr: unauthorized}, wantCode: 401,
+			header: noBearer(forged), withCert: true, authz: &proxytest.Authorizer{AuthErr: unauthorized}, wantCode: 401,
 		},
 		{
 			name: "passthrough anonymous goes as is", target: "/version",
-			header: http.Header{"Accept": {"application/json"}}, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
+			header: http.Header{"Accept": {"application/json"}}, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
 			check: func(t *testing.T, got recorded) {
 				if got.Header.Get("Authorization") != "" || got.Header.Get("Impersonate-User") != "" {
 					t.Errorf("anonymous request got credentials: %v", got.Header)
@@ -246,7 +210,7 @@ func TestAuthorizeMode(t *testing.T) {
 			}
 			reqs := up.requests()
 			if tt.check == nil {
-				decodeStatus(t, resp.Header.Get("Content-Type"), body)
+				proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 				if len(reqs) != 0 {
 					t.Fatalf("refused request reached the upstream")
 				}
@@ -333,21 +297,21 @@ func TestAuthorizeModePodVerbs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := newAuthorizeEnv(t, &fakeAuthorizer{caller: identity.Caller{Name: "alice"}, denyVerb: tt.denyVerb})
+			env := newAuthorizeEnv(t, &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}, DenyVerb: tt.denyVerb})
 			c := env.dial(t, nil)
 			resp := c.send(t, tt.method, "/api/v1/namespaces/ci/pods/p/"+tt.sub, tt.header)
 			if resp.StatusCode != tt.wantCode {
 				body, _ := io.ReadAll(resp.Body)
 				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.wantCode)
 			}
-			if !reflect.DeepEqual(env.authz.authorized, tt.wantAsked) {
-				t.Errorf("authorized %+v\nwant       %+v", env.authz.authorized, tt.wantAsked)
+			if !reflect.DeepEqual(env.authz.Authorized(), tt.wantAsked) {
+				t.Errorf("authorized %+v\nwant       %+v", env.authz.Authorized(), tt.wantAsked)
 			}
 			if tt.wantCode < 300 {
 				return
 			}
 			body, _ := io.ReadAll(resp.Body)
-			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 			if int(st.Code) != tt.wantCode {
 				t.Errorf("Status code %d, want %d", st.Code, tt.wantCode)
 			}
@@ -357,7 +321,7 @@ func TestAuthorizeModePodVerbs(t *testing.T) {
 			if n := len(env.up.requests()) + len(env.echo.requestHeaders()); n != 0 {
 				t.Errorf("refused request reached the upstream %d times", n)
 			}
-			if calls := env.res.called(); tt.wantCode == http.StatusForbidden && len(calls) != 0 {
+			if calls := env.res.Called(); tt.wantCode == http.StatusForbidden && len(calls) != 0 {
 				t.Errorf("denied request was resolved: %q", calls)
 			}
 		})

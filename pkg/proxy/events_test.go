@@ -25,6 +25,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 const (
@@ -33,7 +34,7 @@ const (
 	karmadaRV   = "4711"
 )
 
-// eventsUpstream is karmada-apiserver with the cluster proxy of testCluster
+// eventsUpstream is karmada-apiserver with the cluster proxy of proxytest.Cluster
 // behind it: events lists, the pod template, and the member's events.
 type eventsUpstream struct {
 	memberCode int // 0 = 200
@@ -55,7 +56,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.reqs = append(u.reqs, r.Clone(r.Context()))
 	u.mu.Unlock()
-	memberEvents := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+	memberEvents := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events")
 	switch r.URL.Path {
 	case "/api/v1/namespaces/ci/events", "/api/v1/watch/namespaces/ci/events":
 		if r.URL.Path != "/api/v1/namespaces/ci/events" || strings.Contains(r.Header.Get("Accept"), "protobuf") || strings.Contains(r.Header.Get("Accept"), "as=") {
@@ -63,7 +64,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write([]byte("raw"))
 			return
 		}
-		writeJSON(w, http.StatusOK, &corev1.EventList{
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.EventList{
 			TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"},
 			ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV},
 			Items: []corev1.Event{{
@@ -73,7 +74,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}},
 		})
 	case "/api/v1/namespaces/ci/pods/build":
-		writeJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
 	case memberEvents:
 		if u.memberCode != 0 {
 			if strings.HasPrefix(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) && !u.memberJSONOnly {
@@ -83,7 +84,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				_, _ = w.Write(protobufStatus(forbiddenStatus()))
 				return
 			}
-			writeJSON(w, u.memberCode, forbiddenStatus())
+			proxytest.WriteJSON(w, u.memberCode, forbiddenStatus())
 			return
 		}
 		list := &corev1.EventList{
@@ -99,17 +100,10 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(list, w)
 			return
 		}
-		writeJSON(w, http.StatusOK, list)
+		proxytest.WriteJSON(w, http.StatusOK, list)
 	default:
 		http.NotFound(w, r)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Audit-Id", "a1")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 func eventsTarget(selector string, extra string) string {
@@ -167,7 +161,7 @@ func TestEventsMerge(t *testing.T) {
 			up := &eventsUpstream{memberCode: tt.memberCode, memberJSONOnly: tt.memberJSONOnly}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			res := &stubResolver{cluster: testCluster, err: tt.resolveErr}
+			res := &proxytest.Resolver{Cluster: proxytest.Cluster, Err: tt.resolveErr}
 			m := metrics.New(prometheus.NewRegistry())
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: tt.merge, Metrics: m})
 			h := http.Header{"Authorization": {"Bearer caller-token"}}
@@ -175,7 +169,7 @@ func TestEventsMerge(t *testing.T) {
 				h.Set("Accept", tt.accept)
 			}
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, http.MethodGet, tt.target, h, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, tt.target, h, ""))
 			if rec.Code != http.StatusOK {
 				t.Fatalf("code = %d, body %s", rec.Code, rec.Body)
 			}
@@ -189,7 +183,7 @@ func TestEventsMerge(t *testing.T) {
 			if got := testutil.ToFloat64(m.RequestsTotal.WithLabelValues(wantRoute, "200")); got != 1 {
 				t.Errorf("requests_total{route=%q,code=200} = %v, want 1", wantRoute, got)
 			}
-			if got, want := testutil.ToFloat64(m.MemberEventsUnavailableTotal.WithLabelValues(testCluster)), map[bool]float64{true: 1}[tt.wantWarning != ""]; got != want {
+			if got, want := testutil.ToFloat64(m.MemberEventsUnavailableTotal.WithLabelValues(proxytest.Cluster)), map[bool]float64{true: 1}[tt.wantWarning != ""]; got != want {
 				t.Errorf("member_events_unavailable_total = %v, want %v", got, want)
 			}
 			reqs := up.requests()
@@ -235,12 +229,12 @@ func TestEventsMerge(t *testing.T) {
 			if member.InvolvedObject.UID != templateUID {
 				t.Errorf("involvedObject.uid = %q, want the template's %q", member.InvolvedObject.UID, templateUID)
 			}
-			if member.Name != testCluster+".build.1" || member.ResourceVersion != karmadaRV || member.Annotations[MemberClusterAnnotation] != testCluster {
+			if member.Name != proxytest.Cluster+".build.1" || member.ResourceVersion != karmadaRV || member.Annotations[MemberClusterAnnotation] != proxytest.Cluster {
 				t.Errorf("member event metadata = %+v", member.ObjectMeta)
 			}
 			var sawMember bool
 			for _, r := range reqs {
-				if r.URL.Path == karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events") {
+				if r.URL.Path == karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events") {
 					sawMember = true
 					want := tt.wantMemberSelector
 					if want == "" {
@@ -267,12 +261,12 @@ func TestEventsPaginatedMergesOnLastPageOnly(t *testing.T) {
 			member.ServeHTTP(w, r)
 			return
 		}
-		writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV, Continue: "next"}})
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV, Continue: "next"}})
 	}))
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true})
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", "&limit=1"), nil, ""))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", "&limit=1"), nil, ""))
 	var list corev1.EventList
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || list.Continue != "next" || len(list.Items) != 0 || rec.Header().Get("Warning") != "" {
 		t.Fatalf("code %d, list %+v, Warning %q, err %v", rec.Code, list, rec.Header().Get("Warning"), err)
@@ -281,16 +275,16 @@ func TestEventsPaginatedMergesOnLastPageOnly(t *testing.T) {
 
 func TestEventsKarmadaErrorRelayed(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusForbidden, forbiddenStatus())
+		proxytest.WriteJSON(w, http.StatusForbidden, forbiddenStatus())
 	}))
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true})
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, ""))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, ""))
 	if rec.Code != http.StatusForbidden {
 		t.Fatalf("code = %d, want 403", rec.Code)
 	}
-	if st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); st.Code != http.StatusForbidden {
+	if st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); st.Code != http.StatusForbidden {
 		t.Fatalf("Status = %+v", st)
 	}
 }
@@ -325,14 +319,14 @@ func TestEventsNotMerged(t *testing.T) {
 			up := &recordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			opts := Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true, AuthMode: tc.mode}
+			opts := Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true, AuthMode: tc.mode}
 			if tc.mode == AuthAuthorize {
-				opts.Authorizer = &fakeAuthorizer{}
+				opts.Authorizer = &proxytest.Authorizer{}
 			}
 			p := newTestProxy(t, opts)
 			target := eventsTarget("involvedObject.name=build", "")
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, tc.method, target, http.Header{"Authorization": {"Bearer caller-token"}}, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tc.method, target, http.Header{"Authorization": {"Bearer caller-token"}}, ""))
 			reqs := up.requests()
 			if rec.Code != http.StatusOK || rec.Body.String() != "ok" || len(reqs) != 1 || reqs[0].RequestURI != target || reqs[0].Method != tc.method {
 				t.Fatalf("not passed through: code %d body %q requests %+v", rec.Code, rec.Body, reqs)
@@ -350,17 +344,17 @@ func TestMemberEventsReadAsProtobuf(t *testing.T) {
 			up := &eventsUpstream{memberJSONOnly: jsonOnly}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true})
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), http.Header{"Authorization": {"Bearer caller-token"}}, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), http.Header{"Authorization": {"Bearer caller-token"}}, ""))
 			var list corev1.EventList
 			if err := json.Unmarshal(rec.Body.Bytes(), &list); rec.Code != http.StatusOK || err != nil {
 				t.Fatalf("merged list: %d %s (%v)", rec.Code, rec.Body, err)
 			}
-			if rec.Header().Get("Warning") != "" || len(list.Items) != 2 || list.Items[1].Name != testCluster+".build.1" || list.Items[1].InvolvedObject.UID != templateUID {
+			if rec.Header().Get("Warning") != "" || len(list.Items) != 2 || list.Items[1].Name != proxytest.Cluster+".build.1" || list.Items[1].InvolvedObject.UID != templateUID {
 				t.Fatalf("merged list lacks the member's event, rewritten: %+v (Warning %q)", list.Items, rec.Header().Get("Warning"))
 			}
-			memberPath := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+			memberPath := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events")
 			for _, r := range up.requests() {
 				if r.URL.Path == memberPath && r.Header.Get("Accept") != protobufOrJSON {
 					t.Errorf("member's events asked for with Accept %q, want %q", r.Header.Get("Accept"), protobufOrJSON)

@@ -28,6 +28,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // Lines a test feeds into a fake watch that are not events.
@@ -123,7 +124,7 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	isWatch := r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1"
 	if r.URL.Path == "/api/v1/namespaces/ci/pods/build" {
-		writeJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
 		return
 	}
 	if r.URL.Path == "/api/v1/namespaces/ci/events" {
@@ -150,11 +151,11 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func serveFakeEvents(w http.ResponseWriter, r *http.Request, isWatch bool, code int, list *corev1.EventList, lines <-chan string) {
 	switch {
 	case code != 0:
-		writeJSON(w, code, forbiddenStatus())
+		proxytest.WriteJSON(w, code, forbiddenStatus())
 	case isWatch:
 		streamLines(w, r, lines)
 	default:
-		writeJSON(w, http.StatusOK, list)
+		proxytest.WriteJSON(w, http.StatusOK, list)
 	}
 }
 
@@ -571,7 +572,7 @@ func TestEventsWatchRefusalsRelayed(t *testing.T) {
 			if w.res.StatusCode != http.StatusForbidden {
 				t.Fatalf("status %d, want 403; body %s", w.res.StatusCode, body)
 			}
-			if st := decodeStatus(t, w.res.Header.Get("Content-Type"), body); st.Reason != metav1.StatusReasonForbidden {
+			if st := proxytest.DecodeStatus(t, w.res.Header.Get("Content-Type"), body); st.Reason != metav1.StatusReasonForbidden {
 				t.Fatalf("Status = %+v", st)
 			}
 			if n := len(api.requests(karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events"))); n != 0 {
@@ -601,7 +602,7 @@ func TestEventsWatchHoldsAStreamSlot(t *testing.T) {
 // member that cannot be read.
 func TestEventsAuthorizeMode(t *testing.T) {
 	memberPath := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
-	gatewayFor := func(t *testing.T, authz *fakeAuthorizer) (*httptest.Server, *fakeWatchAPI) {
+	gatewayFor := func(t *testing.T, authz *proxytest.Authorizer) (*httptest.Server, *fakeWatchAPI) {
 		api := newFakeWatchAPI()
 		gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{
 			Upstream: &rest.Config{BearerToken: "gateway-token"}, AuthMode: AuthAuthorize, Authorizer: authz,
@@ -623,7 +624,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 	}
 
 	t.Run("list allowed", func(t *testing.T) {
-		authz := &fakeAuthorizer{caller: identity.Caller{Name: "runner"}}
+		authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "runner"}}
 		gw, api := gatewayFor(t, authz)
 		list, _ := listEvents(t, gw, http.Header{"Authorization": {"Bearer caller-token"}, "Impersonate-User": {"someone-else"}})
 		if len(list.Items) != 2 || list.Items[1].Annotations[MemberClusterAnnotation] != "member1" {
@@ -634,14 +635,14 @@ func TestEventsAuthorizeMode(t *testing.T) {
 		}
 		checkIdentities(t, api)
 		want := []identity.ResourceRequest{{Namespace: "ci", Verb: "list", Resource: "events"}}
-		if got := authz.authorized; len(got) != 1 || got[0] != want[0] {
+		if got := authz.Authorized(); len(got) != 1 || got[0] != want[0] {
 			t.Errorf("authorized %+v, want %+v", got, want)
 		}
 	})
 
 	t.Run("list denied", func(t *testing.T) {
 		deny := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", errors.New(`User "runner" cannot list resource "events"`))
-		gw, api := gatewayFor(t, &fakeAuthorizer{deny: deny})
+		gw, api := gatewayFor(t, &proxytest.Authorizer{Deny: deny})
 		_, res := listEvents(t, gw, http.Header{"Authorization": {"Bearer caller-token"}})
 		if w := res.Header.Get("Warning"); res.StatusCode != http.StatusOK || !strings.Contains(w, "member events from member1 unavailable") || !strings.Contains(w, "cannot list resource") {
 			t.Fatalf("status %d, Warning %q", res.StatusCode, w)
@@ -653,7 +654,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 
 	t.Run("unplaced pod, certificate caller", func(t *testing.T) {
 		// The caller is authenticated once: the karmada-only answer reuses it.
-		authz := &fakeAuthorizer{caller: identity.Caller{Name: "alice"}}
+		authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
 		api := newFakeWatchAPI()
 		up := httptest.NewServer(api)
 		defer up.Close()
@@ -661,7 +662,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 			Upstream: &rest.Config{Host: up.URL, BearerToken: "gateway-token"}, Resolver: &movingResolver{},
 			MergeMemberEvents: true, AuthMode: AuthAuthorize, Authorizer: authz,
 		})
-		req := rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, "")
+		req := proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, "")
 		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: "alice"}}}}
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
@@ -669,13 +670,13 @@ func TestEventsAuthorizeMode(t *testing.T) {
 		if rec.Code != http.StatusOK || len(reqs) != 1 || reqs[0].Header.Get("Impersonate-User") != "alice" || reqs[0].Header.Get("Authorization") != "Bearer gateway-token" {
 			t.Fatalf("code %d, karmada requests %v", rec.Code, reqs)
 		}
-		if authz.authed != 1 {
-			t.Errorf("the caller was authenticated %d times, want once", authz.authed)
+		if authz.Authed() != 1 {
+			t.Errorf("the caller was authenticated %d times, want once", authz.Authed())
 		}
 	})
 
 	t.Run("watch allowed", func(t *testing.T) {
-		authz := &fakeAuthorizer{caller: identity.Caller{Name: "runner"}}
+		authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "runner"}}
 		gw, api := gatewayFor(t, authz)
 		w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 		wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
@@ -683,10 +684,8 @@ func TestEventsAuthorizeMode(t *testing.T) {
 		api.member("member1").watch <- eventLine("ADDED", testEvent("build.2", "150", memberUID, "Pulled"))
 		wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.2", karmadaRV)
 		checkIdentities(t, api)
-		authz.mu.Lock()
-		defer authz.mu.Unlock()
 		var verbs []string
-		for _, rr := range authz.authorized {
+		for _, rr := range authz.Authorized() {
 			verbs = append(verbs, rr.Verb)
 		}
 		if strings.Join(verbs, ",") != "list,watch" {

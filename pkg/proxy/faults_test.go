@@ -17,6 +17,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // TestKarmadaDownAndBack: while karmada-apiserver cannot be reached every
@@ -68,7 +69,7 @@ func TestKarmadaDownAndBack(t *testing.T) {
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("round %d %s: %d %s, want 503", round, tc.target, resp.StatusCode, body)
 			}
-			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 			if !strings.Contains(st.Message, "error trying to reach "+tc.upstreamName) {
 				t.Errorf("round %d %s: message %q does not name %s", round, tc.target, st.Message, tc.upstreamName)
 			}
@@ -134,7 +135,7 @@ func TestMemberClusterDownFailsOnlyItsPods(t *testing.T) {
 			if tc.wantCode == 200 {
 				continue
 			}
-			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 			if !strings.Contains(st.Message, tc.naming) {
 				t.Errorf("%s/%s: message %q does not name %s", tc.pod, sub, st.Message, tc.naming)
 			}

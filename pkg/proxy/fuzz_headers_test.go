@@ -11,6 +11,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity/identitytest"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // FuzzAuthorizeModeHeaders sends a rewritten request in authorize mode with
@@ -30,7 +31,7 @@ func FuzzAuthorizeModeHeaders(f *testing.F) {
 		f.Add(seed[0], seed[1], seed[2])
 	}
 
-	authz := &fakeAuthorizer{caller: identity.Caller{Name: "alice"}}
+	authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
 	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, AuthMode: AuthAuthorize, Authorizer: authz})
 	// The gateway transport would add the gateway's token; the recorder shows
 	// what the proxy itself lets through.

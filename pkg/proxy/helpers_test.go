@@ -1,62 +1,21 @@
 package proxy
 
 import (
-	"bufio"
-	"context"
 	"crypto/tls"
-	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
-
-const testCluster = "member1"
-
-// stubResolver resolves every pod (and, as a ServiceResolver, every
-// Service) to cluster, or fails with err.
-type stubResolver struct {
-	cluster string
-	err     error
-	callLog
-}
-
-func (s *stubResolver) Resolve(_ context.Context, namespace, name string) (string, error) {
-	s.record(namespace + "/" + name)
-	return s.cluster, s.err
-}
-
-func (s *stubResolver) ResolveService(ctx context.Context, namespace, name string) (string, error) {
-	return s.Resolve(ctx, namespace, name)
-}
-
-// callLog records what a stub resolver was asked, as "namespace/name".
-type callLog struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-func (c *callLog) record(call string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls = append(c.calls, call)
-}
-
-func (c *callLog) called() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.calls...)
-}
 
 // recorded is what an upstream saw of one request.
 type recorded struct {
@@ -138,7 +97,7 @@ func tlsUpstreamConfig(srv *httptest.Server) *rest.Config {
 func newTestProxy(t testing.TB, opts Options) *Proxy {
 	t.Helper()
 	if opts.Resolver == nil {
-		opts.Resolver = &stubResolver{cluster: testCluster}
+		opts.Resolver = &proxytest.Resolver{Cluster: proxytest.Cluster}
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
@@ -149,43 +108,6 @@ func newTestProxy(t testing.TB, opts Options) *Proxy {
 	}
 	t.Cleanup(p.upstream.closeIdleConnections)
 	return p
-}
-
-// rawRequest parses a request exactly as http.Server does, so the escaped
-// target reaches the proxy byte for byte.
-func rawRequest(t testing.TB, method, target string, header http.Header, body string) *http.Request {
-	t.Helper()
-	var b strings.Builder
-	b.WriteString(method + " " + target + " HTTP/1.1\r\nHost: gateway.test\r\n")
-	for k, vs := range header {
-		for _, v := range vs {
-			b.WriteString(k + ": " + v + "\r\n")
-		}
-	}
-	if body != "" {
-		b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
-	}
-	b.WriteString("\r\n" + body)
-	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(b.String())))
-	if err != nil {
-		t.Fatalf("ReadRequest %q: %v", target, err)
-	}
-	return req
-}
-
-func decodeStatus(t testing.TB, contentType string, body []byte) metav1.Status {
-	t.Helper()
-	if contentType != "application/json" {
-		t.Fatalf("Content-Type = %q, want application/json; body %s", contentType, body)
-	}
-	var st metav1.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		t.Fatalf("decode Status %s: %v", body, err)
-	}
-	if st.Kind != "Status" || st.APIVersion != "v1" || st.Status != metav1.StatusFailure {
-		t.Fatalf("not a failure Status: %s", body)
-	}
-	return st
 }
 
 // serverTLS is a TLS config for an upstream httptest server whose client

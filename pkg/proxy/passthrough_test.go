@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 func TestPassthroughWatchIsFlushedPerEvent(t *testing.T) {
@@ -89,7 +91,7 @@ func TestPassthroughIsByteForByte(t *testing.T) {
 	}
 	target := "/api/v1/namespaces/ci/pods/p?fieldManager=kubectl&force=true&fieldValidation=Strict"
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, "PATCH", target, header, body))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, "PATCH", target, header, body))
 	if rec.Code != 200 {
 		t.Fatalf("code %d: %s", rec.Code, rec.Body)
 	}
@@ -120,7 +122,7 @@ func TestPassthroughIsByteForByte(t *testing.T) {
 
 	// Without client forwarding headers, none are added.
 	rec = httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, "GET", "/apis", http.Header{"Accept": {"application/json"}}, ""))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, "GET", "/apis", http.Header{"Accept": {"application/json"}}, ""))
 	reqs = up.requests()
 	if last := reqs[len(reqs)-1]; last.RequestURI != "/apis" || len(last.Header.Values("X-Forwarded-For")) != 0 ||
 		last.Header.Get("Forwarded") != "" || last.Header.Get("X-Forwarded-Host") != "" || last.Header.Get("Authorization") != "" {

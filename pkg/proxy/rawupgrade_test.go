@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // echoUpgrader answers upgrades with 101 and the configured headers, then
@@ -279,7 +281,7 @@ func TestUpgradeOfAnotherTypeIsRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status %d %s, want 502", resp.StatusCode, body)
 	}
-	st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+	st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 	if !strings.Contains(st.Message, `requested "SPDY/3.1", got "websocket"`) {
 		t.Errorf("message %q", st.Message)
 	}
