@@ -92,12 +92,12 @@ func TestAuthorizeMode(t *testing.T) {
 		authz    *proxytest.Authorizer
 		wantCode int
 		// check inspects what the upstream received.
-		check func(t *testing.T, got recorded)
+		check func(t *testing.T, got proxytest.Recorded)
 	}{
 		{
 			name: "rewritten route uses the gateway identity", target: "/api/v1/namespaces/ci/pods/p/exec?command=sh",
 			header: forged, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
+			check: func(t *testing.T, got proxytest.Recorded) {
 				if got.Path != karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/p/exec") {
 					t.Errorf("path %q", got.Path)
 				}
@@ -124,7 +124,7 @@ func TestAuthorizeMode(t *testing.T) {
 		{
 			name: "passthrough with bearer is unchanged", target: "/api/v1/namespaces/ci/pods/p",
 			header: forged, withCert: true, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
+			check: func(t *testing.T, got proxytest.Recorded) {
 				for _, k := range identity {
 					if !reflect.DeepEqual(got.Header[k], forged[k]) {
 						t.Errorf("%s = %q, want the caller's %q", k, got.Header[k], forged[k])
@@ -135,7 +135,7 @@ func TestAuthorizeMode(t *testing.T) {
 		{
 			name: "passthrough x509 caller is impersonated", target: "/api/v1/namespaces/ci/pods/p",
 			header: noBearer(forged), withCert: true, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
+			check: func(t *testing.T, got proxytest.Recorded) {
 				want := map[string][]string{
 					"Authorization":     {"Bearer gateway-token"},
 					"Impersonate-User":  {"alice"},
@@ -175,7 +175,7 @@ func TestAuthorizeMode(t *testing.T) {
 		{
 			name: "passthrough anonymous goes as is", target: "/version",
 			header: http.Header{"Accept": {"application/json"}}, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
+			check: func(t *testing.T, got proxytest.Recorded) {
 				if got.Header.Get("Authorization") != "" || got.Header.Get("Impersonate-User") != "" {
 					t.Errorf("anonymous request got credentials: %v", got.Header)
 				}
@@ -184,7 +184,7 @@ func TestAuthorizeMode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			upstream := httptest.NewTLSServer(up)
 			defer upstream.Close()
 			cfg := tlsUpstreamConfig(upstream)
@@ -208,7 +208,7 @@ func TestAuthorizeMode(t *testing.T) {
 			if resp.StatusCode != tt.wantCode {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.wantCode, body)
 			}
-			reqs := up.requests()
+			reqs := up.Requests()
 			if tt.check == nil {
 				proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 				if len(reqs) != 0 {
@@ -225,7 +225,7 @@ func TestAuthorizeMode(t *testing.T) {
 }
 
 func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewTLSServer(up)
 	defer upstream.Close()
 	cfg := tlsUpstreamConfig(upstream)
@@ -243,7 +243,7 @@ func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -318,7 +318,7 @@ func TestAuthorizeModePodVerbs(t *testing.T) {
 			if tt.wantCode == http.StatusForbidden && !strings.Contains(st.Message, `User "alice"`) {
 				t.Errorf("403 %q does not name the caller", st.Message)
 			}
-			if n := len(env.up.requests()) + len(env.echo.requestHeaders()); n != 0 {
+			if n := len(env.up.Requests()) + len(env.echo.requestHeaders()); n != 0 {
 				t.Errorf("refused request reached the upstream %d times", n)
 			}
 			if calls := env.res.Called(); tt.wantCode == http.StatusForbidden && len(calls) != 0 {

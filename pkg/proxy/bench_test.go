@@ -476,7 +476,7 @@ func (a *benchEventsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (what a patched executor would read).
 func BenchmarkEventsList(b *testing.B) {
 	upstream := benchServer(b, newBenchEventsAPI(b))
-	p := newTestProxy(b, Options{Upstream: tlsUpstreamConfig(upstream), MergeMemberEvents: true})
+	p := newTestProxy(b, withMemberEvents(Options{Upstream: tlsUpstreamConfig(upstream)}))
 	var gateway *httptest.Server
 	pprof.Do(context.Background(), pprof.Labels("party", "gateway"), func(context.Context) {
 		gateway = benchServer(b, p)

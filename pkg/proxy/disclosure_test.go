@@ -206,10 +206,10 @@ func TestPassthroughAdmissionCheck(t *testing.T) {
 // whether or not the pod is placed, lists and watches alike.
 func TestPassthroughEventsRefusalDisclosesNothing(t *testing.T) {
 	targets := []string{
-		eventsTarget("involvedObject.name=p", ""),
-		eventsTarget("involvedObject.name=p,type=Warning", "&limit=200"),
-		eventsTarget("involvedObject.name=p", "&watch=true"),
-		eventsTarget("involvedObject.name=p", "&watch=true&resourceVersion=42"),
+		proxytest.EventsTarget("involvedObject.name=p", ""),
+		proxytest.EventsTarget("involvedObject.name=p,type=Warning", "&limit=200"),
+		proxytest.EventsTarget("involvedObject.name=p", "&watch=true"),
+		proxytest.EventsTarget("involvedObject.name=p", "&watch=true&resourceVersion=42"),
 	}
 	for _, target := range targets {
 		for _, caller := range refusedCallers {
@@ -220,7 +220,7 @@ func TestPassthroughEventsRefusalDisclosesNothing(t *testing.T) {
 					{Err: apierrors.NewConflict(podsResource, "p", errors.New("not scheduled to any cluster yet"))},
 				} {
 					srv := httptest.NewServer(&judgingKarmada{})
-					p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: true})
+					p := newTestProxy(t, withMemberEvents(Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res}))
 					rec := httptest.NewRecorder()
 					p.ServeHTTP(rec, proxytest.RawRequest(t, "GET", target, caller.header, ""))
 					srv.Close()

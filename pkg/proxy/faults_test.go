@@ -24,7 +24,7 @@ import (
 // request gets a 503 Status, and the gateway serves again as soon as it can
 // be reached, with nothing restarted.
 func TestKarmadaDownAndBack(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewServer(up)
 	defer upstream.Close()
 	var down atomic.Bool

@@ -73,14 +73,14 @@ func TestHostilePaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}})
 
 			rec := httptest.NewRecorder()
 			p.ServeHTTP(rec, proxytest.RawRequest(t, "POST", tt.target, nil, ""))
-			reqs := up.requests()
+			reqs := up.Requests()
 			if rec.Code != tt.wantCode {
 				t.Fatalf("code = %d, want %d; body %.300s", rec.Code, tt.wantCode, rec.Body)
 			}
@@ -112,7 +112,7 @@ func TestHostilePaths(t *testing.T) {
 type authorizeEnv struct {
 	proxy *Proxy
 	gw    *httptest.Server
-	up    *recordingUpstream
+	up    *proxytest.RecordingUpstream
 	echo  *echoUpgrader
 	authz *proxytest.Authorizer
 	res   *proxytest.Resolver
@@ -122,7 +122,7 @@ type authorizeEnv struct {
 func newAuthorizeEnv(t *testing.T, authz *proxytest.Authorizer) *authorizeEnv {
 	t.Helper()
 	env := &authorizeEnv{
-		up: &recordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz,
+		up: &proxytest.RecordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz,
 		res: &proxytest.Resolver{Cluster: proxytest.Cluster}, svc: &proxytest.Resolver{Cluster: proxytest.Cluster},
 	}
 	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -165,14 +165,14 @@ func (env *authorizeEnv) dial(t *testing.T, cert *tls.Certificate) *rawClient {
 // sent is what the upstream received of the one request c made: for an
 // upgrade only the headers, once bytes went both ways through the tunnel;
 // otherwise the whole recorded request.
-func (env *authorizeEnv) sent(t *testing.T, c *rawClient, resp *http.Response, upgrade bool) recorded {
+func (env *authorizeEnv) sent(t *testing.T, c *rawClient, resp *http.Response, upgrade bool) proxytest.Recorded {
 	t.Helper()
 	if upgrade {
 		c.echo(t, "x")
-		return recorded{Header: env.echo.requestHeaders()[0]}
+		return proxytest.Recorded{Header: env.echo.requestHeaders()[0]}
 	}
 	_, _ = io.ReadAll(resp.Body)
-	reqs := env.up.requests()
+	reqs := env.up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -265,7 +265,7 @@ func TestForgedConnectionCannotDropImpersonation(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	reqs := env.up.requests()
+	reqs := env.up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -304,7 +304,7 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	reqs := env.up.requests()
+	reqs := env.up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -323,8 +323,8 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 	c = denied.dial(t, nil)
 	resp = c.send(t, "POST", "/api/v1/namespaces/ci/pods/p/exec", [][2]string{{"Authorization", "Bearer caller-token"}})
 	_, _ = io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusForbidden || len(denied.res.Called()) != 0 || len(denied.up.requests()) != 0 {
-		t.Errorf("denied: status %d, resolver calls %q, upstream requests %d", resp.StatusCode, denied.res.Called(), len(denied.up.requests()))
+	if resp.StatusCode != http.StatusForbidden || len(denied.res.Called()) != 0 || len(denied.up.Requests()) != 0 {
+		t.Errorf("denied: status %d, resolver calls %q, upstream requests %d", resp.StatusCode, denied.res.Called(), len(denied.up.Requests()))
 	}
 
 	// Calling the cluster proxy directly is a passthrough: it carries the
@@ -334,7 +334,7 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 	direct := karmada.ClusterProxyPath("member2", "/api/v1/namespaces/ci/pods/p/exec")
 	resp = c.send(t, "POST", direct, [][2]string{{"Authorization", "Bearer caller-token"}, {"Impersonate-User", "admin"}})
 	_, _ = io.ReadAll(resp.Body)
-	reqs = env.up.requests()
+	reqs = env.up.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -388,9 +388,9 @@ func TestUpgradeOnNonStreamRoutes(t *testing.T) {
 
 // hostileServer runs the proxy in a real http.Server with small limits, as
 // cmd/gateway configures it, in front of a recording upstream.
-func hostileServer(t *testing.T) (*httptest.Server, *recordingUpstream) {
+func hostileServer(t *testing.T) (*httptest.Server, *proxytest.RecordingUpstream) {
 	t.Helper()
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
 	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: upstream.URL}})
@@ -464,7 +464,7 @@ func TestMalformedFramingIsRefusedBeforeTheProxy(t *testing.T) {
 			if !resp.Close {
 				t.Error("connection kept open after a framing error")
 			}
-			if n := len(up.requests()); n != 0 {
+			if n := len(up.Requests()); n != 0 {
 				t.Fatalf("%d requests reached the upstream", n)
 			}
 		})
@@ -489,7 +489,7 @@ func TestTransferEncodingOverridesContentLength(t *testing.T) {
 		t.Fatalf("second response: %v", err)
 	}
 	second.Body.Close()
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests, want 2", len(reqs))
 	}
@@ -550,7 +550,7 @@ func TestSlowlorisHeadersAreCut(t *testing.T) {
 	if n := <-trickled; n == 0 {
 		t.Error("the connection closed before the trickle started; the test proved nothing")
 	}
-	if n := len(up.requests()); n != 0 {
+	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("%d requests reached the upstream", n)
 	}
 }

@@ -381,16 +381,16 @@ func TestStreamLimitEveryRoute(t *testing.T) {
 		{"services proxy", "GET", "/api/v1/namespaces/ci/services/web/proxy/stream", nil},
 		{"services proxy upgrade", "GET", "/api/v1/namespaces/ci/services/web/proxy/ws", websocketRequest},
 		{"follow on a plain path", "GET", "/apis/example.io/v1/namespaces/ci/things/t/tail?follow=true", nil},
-		{"merged events watch", "GET", eventsTarget("involvedObject.name=build", "&watch=true"), nil},
+		{"merged events watch", "GET", proxytest.EventsTarget("involvedObject.name=build", "&watch=true"), nil},
 	}
 	for _, rt := range routes {
 		t.Run(rt.name, func(t *testing.T) {
 			up := newHoldingUpstream(t)
 			m := metrics.New(prometheus.NewRegistry())
-			p := newTestProxy(t, Options{
+			p := newTestProxy(t, withMemberEvents(Options{
 				Upstream: tlsUpstreamConfig(up.srv), Metrics: m, MaxStreamsPerClient: perClient,
-				ServiceResolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true,
-			})
+				ServiceResolver: &proxytest.Resolver{Cluster: proxytest.Cluster},
+			}))
 			gw := httptest.NewTLSServer(p)
 			t.Cleanup(gw.Close)
 			header := append([][2]string{{"Authorization", "Bearer one-token"}}, rt.header...)
@@ -461,8 +461,8 @@ func (u *holdingUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.attempts[r.Header.Get("X-Attempt")] = true
 	u.mu.Unlock()
-	if isAdmissionCheck(r) {
-		admitting(nil).ServeHTTP(w, r)
+	if proxytest.IsAdmissionCheck(r) {
+		proxytest.Admitting(nil).ServeHTTP(w, r)
 		return
 	}
 	memberEvents := strings.HasPrefix(r.URL.Path, "/apis/cluster.karmada.io/") && strings.HasSuffix(r.URL.Path, "/events")

@@ -53,13 +53,11 @@ type Options struct {
 	// cluster (in authorize mode after authorizing the original request, as
 	// pod subresources are). Nil passes services/proxy through unchanged.
 	ServiceResolver ServiceResolver
-	// MergeMemberEvents makes core/v1 events lists and watches scoped to one
-	// pod (fieldSelector involvedObject.name=<pod>) include the member
-	// cluster's events for it, rewritten to the template's UID (events.go,
-	// eventswatch.go; in authorize mode the member's are read with the
-	// gateway's identity once the Authorizer allows the caller to list or
-	// watch events in the namespace). False passes them through unchanged.
-	MergeMemberEvents bool
+	// Events, when set, builds the EventsMerger that answers the events
+	// requests it claims, given the Proxy it calls back into
+	// (pkg/memberevents merges member clusters' events into pod-scoped
+	// lists and watches). Nil passes every events request through.
+	Events func(*Proxy) (EventsMerger, error)
 	// AuthMode defaults to AuthPassthrough.
 	AuthMode AuthMode
 	// Authorizer is required in authorize mode.
@@ -89,9 +87,7 @@ type Proxy struct {
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
-	// eventCursors lets merged event watches resume exactly (eventswatch.go).
-	eventCursors     *eventCursors
-	eventWatchTiming eventWatchTiming
+	events     EventsMerger
 
 	// drainCtx parents every request's context; cancelling it cuts them all.
 	drainCtx    context.Context
@@ -131,17 +127,15 @@ func New(opts Options) (*Proxy, error) {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
 	}
 	p := &Proxy{
-		upstream:         up,
-		resolver:         opts.Resolver,
-		services:         opts.ServiceResolver,
-		authMode:         opts.AuthMode,
-		authorizer:       opts.Authorizer,
-		metrics:          opts.Metrics,
-		series:           newRequestSeries(opts.Metrics),
-		limiter:          newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
-		eventCursors:     newEventCursors(),
-		eventWatchTiming: defaultEventWatchTiming,
-		idle:             make(chan struct{}),
+		upstream:   up,
+		resolver:   opts.Resolver,
+		services:   opts.ServiceResolver,
+		authMode:   opts.AuthMode,
+		authorizer: opts.Authorizer,
+		metrics:    opts.Metrics,
+		series:     newRequestSeries(opts.Metrics),
+		limiter:    newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
+		idle:       make(chan struct{}),
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
@@ -162,9 +156,12 @@ func New(opts Options) (*Proxy, error) {
 	if p.services != nil {
 		services = p.serveServiceProxy
 	}
-	var events http.HandlerFunc
-	if opts.MergeMemberEvents {
-		events = p.serveEvents
+	var events func(http.Handler) http.Handler
+	if opts.Events != nil {
+		if p.events, err = opts.Events(p); err != nil {
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		events = routeClaimed(p.events.Claims, p.serveEvents)
 	}
 	p.router = newRouter(p.serveRewrite, p.servePassthrough, p.servePodProxy, services, events)
 	return p, nil
@@ -189,6 +186,9 @@ type requestState struct {
 	// certVerified is set once the Authorizer accepted the client
 	// certificate as the request's credential.
 	certVerified bool
+	// caller is the identity passthrough sends the request with, for the
+	// EventsMerger's reads (serveEvents).
+	caller upstreamIdentity
 }
 
 type stateKey struct{}

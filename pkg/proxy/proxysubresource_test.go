@@ -69,7 +69,7 @@ func TestServiceProxyRouting(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			sres := &proxytest.Resolver{Cluster: proxytest.Cluster}
@@ -77,7 +77,7 @@ func TestServiceProxyRouting(t *testing.T) {
 
 			rec := httptest.NewRecorder()
 			p.ServeHTTP(rec, proxytest.RawRequest(t, tt.method, tt.target, nil, ""))
-			reqs := up.requests()
+			reqs := up.Requests()
 			if rec.Code != tt.wantCode {
 				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
 			}
@@ -108,7 +108,7 @@ func TestServiceProxyRouting(t *testing.T) {
 }
 
 func TestServiceProxyResolverErrorIsTheStatus(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
 	for _, tc := range []struct {
@@ -127,20 +127,20 @@ func TestServiceProxyResolverErrorIsTheStatus(t *testing.T) {
 			t.Errorf("%v: code %d, Status %d, want %d", tc.err, rec.Code, st.Code, tc.code)
 		}
 	}
-	if n := len(up.requests()); n != 0 {
+	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("%d requests reached the upstream", n)
 	}
 }
 
 func TestServiceProxyInvalidClusterNameIsRefused(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
 	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &proxytest.Resolver{Cluster: "a/b"}})
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, proxytest.RawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
-	if rec.Code != http.StatusInternalServerError || len(up.requests()) != 0 {
-		t.Fatalf("code %d, %d upstream requests", rec.Code, len(up.requests()))
+	if rec.Code != http.StatusInternalServerError || len(up.Requests()) != 0 {
+		t.Fatalf("code %d, %d upstream requests", rec.Code, len(up.Requests()))
 	}
 }
 
@@ -262,7 +262,7 @@ func TestProxySubresourceAuthorizeModeRefusals(t *testing.T) {
 				if calls := route.calls(env); len(calls) != 0 {
 					t.Errorf("refused request was resolved: %q", calls)
 				}
-				if n := len(env.up.requests()); n != 0 {
+				if n := len(env.up.Requests()); n != 0 {
 					t.Errorf("refused request reached the upstream %d times", n)
 				}
 			})

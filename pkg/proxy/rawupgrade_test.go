@@ -42,7 +42,7 @@ func newEchoUpgrader(t testing.TB, upgradeTo string) *echoUpgrader {
 }
 
 func (e *echoUpgrader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	admitting(http.HandlerFunc(e.upgrade)).ServeHTTP(w, r)
+	proxytest.Admitting(http.HandlerFunc(e.upgrade)).ServeHTTP(w, r)
 }
 
 func (e *echoUpgrader) upgrade(w http.ResponseWriter, r *http.Request) {
@@ -150,7 +150,7 @@ func (c *rawClient) echo(t testing.TB, msg string) {
 
 func newUpgradeEnv(t *testing.T, up http.Handler, hellos *helloRecorder) (*Proxy, *httptest.Server) {
 	t.Helper()
-	upstream := httptest.NewUnstartedServer(admitting(up))
+	upstream := httptest.NewUnstartedServer(proxytest.Admitting(up))
 	if hellos != nil {
 		upstream.TLS = hellos.config()
 	}

@@ -27,11 +27,12 @@ func isPodSubresource(s string) bool {
 }
 
 // newRouter routes the four pod subresources to rewrite, pods/proxy to
-// podProxy, services/proxy to services when it is not nil, pod-scoped events
-// lists to events when it is not nil, and everything else to passthrough.
+// podProxy, services/proxy to services when it is not nil, what the events
+// middleware claims to it when it is not nil, and everything else to
+// passthrough.
 // guardPodRequests runs first, so a request reaching chi that addresses a pod
 // stream is already known to be canonical.
-func newRouter(rewrite, passthrough, pods, services, events http.HandlerFunc) http.Handler {
+func newRouter(rewrite, passthrough, pods, services http.HandlerFunc, events func(http.Handler) http.Handler) http.Handler {
 	mux := chi.NewRouter()
 	mux.Use(guardPodRequests)
 	mux.Use(routeProxySubresource(podProxy, pods))
@@ -39,7 +40,7 @@ func newRouter(rewrite, passthrough, pods, services, events http.HandlerFunc) ht
 		mux.Use(routeProxySubresource(serviceProxy, services))
 	}
 	if events != nil {
-		mux.Use(routeEvents(events))
+		mux.Use(events)
 	}
 	for _, sub := range podSubresources {
 		pattern := "/api/v1/namespaces/{namespace}/pods/{name}/" + sub

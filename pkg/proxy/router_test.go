@@ -153,7 +153,7 @@ func TestRouting(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}})
@@ -161,7 +161,7 @@ func TestRouting(t *testing.T) {
 			rec := httptest.NewRecorder()
 			p.ServeHTTP(rec, proxytest.RawRequest(t, tt.method, tt.target, nil, ""))
 
-			reqs := up.requests()
+			reqs := up.Requests()
 			if rec.Code != tt.wantCode {
 				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
 			}

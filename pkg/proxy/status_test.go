@@ -19,7 +19,7 @@ import (
 )
 
 func TestErrorsAreStatus(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewServer(up)
 	defer upstream.Close()
 
@@ -84,7 +84,7 @@ func TestErrorsAreStatus(t *testing.T) {
 			if tt.wantCode == 405 {
 				method = "PUT"
 			}
-			before := len(up.requests())
+			before := len(up.Requests())
 			req, _ := http.NewRequest(method, gw.URL+tt.target, nil)
 			req.URL.Opaque = "//" + req.URL.Host + tt.target // keep the escaping
 			resp, err := http.DefaultClient.Do(req)
@@ -100,7 +100,7 @@ func TestErrorsAreStatus(t *testing.T) {
 			if st.Code != tt.wantCode || st.Reason != tt.wantReason || !strings.Contains(st.Message, tt.wantMessage) {
 				t.Errorf("Status code %d reason %q message %q; want %d %q containing %q", st.Code, st.Reason, st.Message, tt.wantCode, tt.wantReason, tt.wantMessage)
 			}
-			if tt.upstream == upstream.URL && len(up.requests()) != before {
+			if tt.upstream == upstream.URL && len(up.Requests()) != before {
 				t.Errorf("an error answered by the gateway reached the upstream")
 			}
 		})

@@ -41,7 +41,7 @@ func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	if configure != nil {
 		configure(es)
 	}
-	upstream := httptest.NewUnstartedServer(admitting(es))
+	upstream := httptest.NewUnstartedServer(proxytest.Admitting(es))
 	upstream.TLS = hellos.config()
 	upstream.EnableHTTP2 = true
 	upstream.StartTLS()

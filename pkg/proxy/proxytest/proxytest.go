@@ -7,7 +7,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,4 +160,77 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Audit-Id", "a1")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// EventsTarget is a core/v1 events list of namespace ci with the field
+// selector and extra query (which starts with "&").
+func EventsTarget(selector string, extra string) string {
+	return "/api/v1/namespaces/ci/events?fieldSelector=" + url.QueryEscape(selector) + extra
+}
+
+// Recorded is what an upstream saw of one request.
+type Recorded struct {
+	Method     string
+	RequestURI string
+	Path       string
+	RawPath    string
+	RawQuery   string
+	Host       string
+	Header     http.Header
+	Body       []byte
+	ProtoMajor int
+}
+
+// IsAdmissionCheck reports whether r is passthrough mode's admission check
+// (the proxy's admittedByKarmada): a GET from the watch cache of the pod or
+// Service a rewritten route names.
+func IsAdmissionCheck(r *http.Request) bool {
+	segs := strings.Split(r.URL.Path, "/")
+	segs = segs[max(0, len(segs)-6):] // below the upstream's base path
+	return r.Method == http.MethodGet && r.URL.RawQuery == "resourceVersion=0" && len(segs) == 6 &&
+		segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" && (segs[4] == "pods" || segs[4] == "services")
+}
+
+// Admitting answers admission checks as karmada-apiserver answers them for
+// a caller it admits and hands every other request to next, so an upstream
+// fake sees only the requests its test is about. The checks themselves are
+// TestPassthroughAdmissionCheck's subject.
+func Admitting(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if IsAdmissionCheck(r) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{}}`)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RecordingUpstream answers 200 "ok" and records every request but
+// admission checks, which it admits.
+type RecordingUpstream struct {
+	mu   sync.Mutex
+	reqs []Recorded
+}
+
+func (u *RecordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	Admitting(http.HandlerFunc(u.record)).ServeHTTP(w, r)
+}
+
+func (u *RecordingUpstream) record(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	u.mu.Lock()
+	u.reqs = append(u.reqs, Recorded{
+		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.RawPath,
+		RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(), Body: body, ProtoMajor: r.ProtoMajor,
+	})
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "ok")
+}
+
+func (u *RecordingUpstream) Requests() []Recorded {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]Recorded(nil), u.reqs...)
 }

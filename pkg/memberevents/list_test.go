@@ -1,4 +1,4 @@
-package proxy
+package memberevents
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
@@ -106,10 +106,6 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func eventsTarget(selector string, extra string) string {
-	return "/api/v1/namespaces/ci/events?fieldSelector=" + url.QueryEscape(selector) + extra
-}
-
 func TestEventsMerge(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -130,31 +126,31 @@ func TestEventsMerge(t *testing.T) {
 		// the plain pod selector.
 		wantMemberSelector string
 	}{
-		{name: "scoped list merges", target: eventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
-		{name: "kubectl describe selector", target: eventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
-		{name: "other uid gets no member events", target: eventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true, answeredByMerge: true},
-		{name: "member failure warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
-		{name: "member failure in JSON warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, memberJSONOnly: true, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
-		{name: "flag off passes through", target: eventsTarget("involvedObject.name=build", ""), merge: false},
-		{name: "unplaced pod passes through", target: eventsTarget("involvedObject.name=build", ""), merge: true, resolveErr: apierrors.NewNotFound(podsResource, "build")},
+		{name: "scoped list merges", target: proxytest.EventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
+		{name: "kubectl describe selector", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
+		{name: "other uid gets no member events", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true, answeredByMerge: true},
+		{name: "member failure warns", target: proxytest.EventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
+		{name: "member failure in JSON warns", target: proxytest.EventsTarget("involvedObject.name=build", ""), memberCode: 403, memberJSONOnly: true, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
+		{name: "flag off passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), merge: false},
+		{name: "unplaced pod passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), merge: true, resolveErr: apierrors.NewNotFound(podsResource, "build")},
 		{name: "unscoped list untouched", target: "/api/v1/namespaces/ci/events", merge: true},
-		{name: "other kind untouched", target: eventsTarget("involvedObject.name=build,involvedObject.kind=Service", ""), merge: true},
-		{name: "inequality untouched", target: eventsTarget("involvedObject.name!=build", ""), merge: true},
-		{name: "label selector untouched", target: eventsTarget("involvedObject.name=build", "&labelSelector=a%3Db"), merge: true},
+		{name: "other kind untouched", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.kind=Service", ""), merge: true},
+		{name: "inequality untouched", target: proxytest.EventsTarget("involvedObject.name!=build", ""), merge: true},
+		{name: "label selector untouched", target: proxytest.EventsTarget("involvedObject.name=build", "&labelSelector=a%3Db"), merge: true},
 		{name: "legacy watch path passes through", target: "/api/v1/watch/namespaces/ci/events?fieldSelector=involvedObject.name%3Dbuild", merge: true, wantRaw: true},
-		{name: "gitlab warning events list", target: eventsTarget("involvedObject.name=build,type=Warning", "&limit=200"), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,type=Warning"},
-		{name: "other fields are forwarded with their operator", target: eventsTarget("involvedObject.name=build,reason!=Pulled,involvedObject.apiVersion=v1", ""), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,reason!=Pulled"},
-		{name: "escaped values stay escaped for the member", target: eventsTarget(`involvedObject.name=build,reason=a\,involvedObject.name\=other`, ""), merge: true, wantMember: true, wantMemberSelector: `involvedObject.kind=Pod,involvedObject.name=build,reason=a\,involvedObject.name\=other`},
-		{name: "informer list from any version", target: eventsTarget("involvedObject.name=build", "&resourceVersion=0"), merge: true, wantMember: true},
-		{name: "not older than", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=NotOlderThan"), merge: true, wantMember: true},
-		{name: "exact version untouched", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=Exact"), merge: true},
-		{name: "event name field untouched", target: eventsTarget("involvedObject.name=build,metadata.name=x", ""), merge: true},
-		{name: "involvedObject.resourceVersion untouched", target: eventsTarget("involvedObject.name=build,involvedObject.resourceVersion=1", ""), merge: true},
-		{name: "repeated parameter untouched", target: eventsTarget("involvedObject.name=build", "&limit=1&limit=2"), merge: true},
-		{name: "table passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", merge: true, wantRaw: true},
-		{name: "protobuf only passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf", merge: true, wantRaw: true},
-		{name: "client-go protobuf-or-json gets merged JSON", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf,application/json", merge: true, wantMember: true},
-		{name: "partial object metadata passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io", merge: true, wantRaw: true},
+		{name: "gitlab warning events list", target: proxytest.EventsTarget("involvedObject.name=build,type=Warning", "&limit=200"), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,type=Warning"},
+		{name: "other fields are forwarded with their operator", target: proxytest.EventsTarget("involvedObject.name=build,reason!=Pulled,involvedObject.apiVersion=v1", ""), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,reason!=Pulled"},
+		{name: "escaped values stay escaped for the member", target: proxytest.EventsTarget(`involvedObject.name=build,reason=a\,involvedObject.name\=other`, ""), merge: true, wantMember: true, wantMemberSelector: `involvedObject.kind=Pod,involvedObject.name=build,reason=a\,involvedObject.name\=other`},
+		{name: "informer list from any version", target: proxytest.EventsTarget("involvedObject.name=build", "&resourceVersion=0"), merge: true, wantMember: true},
+		{name: "not older than", target: proxytest.EventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=NotOlderThan"), merge: true, wantMember: true},
+		{name: "exact version untouched", target: proxytest.EventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=Exact"), merge: true},
+		{name: "event name field untouched", target: proxytest.EventsTarget("involvedObject.name=build,metadata.name=x", ""), merge: true},
+		{name: "involvedObject.resourceVersion untouched", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.resourceVersion=1", ""), merge: true},
+		{name: "repeated parameter untouched", target: proxytest.EventsTarget("involvedObject.name=build", "&limit=1&limit=2"), merge: true},
+		{name: "table passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", merge: true, wantRaw: true},
+		{name: "protobuf only passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf", merge: true, wantRaw: true},
+		{name: "client-go protobuf-or-json gets merged JSON", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf,application/json", merge: true, wantMember: true},
+		{name: "partial object metadata passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io", merge: true, wantRaw: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,7 +159,7 @@ func TestEventsMerge(t *testing.T) {
 			defer srv.Close()
 			res := &proxytest.Resolver{Cluster: proxytest.Cluster, Err: tt.resolveErr}
 			m := metrics.New(prometheus.NewRegistry())
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: tt.merge, Metrics: m})
+			p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, Metrics: m}, tt.merge)
 			h := http.Header{"Authorization": {"Bearer caller-token"}}
 			if tt.accept != "" {
 				h.Set("Accept", tt.accept)
@@ -264,9 +260,9 @@ func TestEventsPaginatedMergesOnLastPageOnly(t *testing.T) {
 		proxytest.WriteJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV, Continue: "next"}})
 	}))
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true})
+	p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}}, true)
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", "&limit=1"), nil, ""))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", "&limit=1"), nil, ""))
 	var list corev1.EventList
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || list.Continue != "next" || len(list.Items) != 0 || rec.Header().Get("Warning") != "" {
 		t.Fatalf("code %d, list %+v, Warning %q, err %v", rec.Code, list, rec.Header().Get("Warning"), err)
@@ -278,9 +274,9 @@ func TestEventsKarmadaErrorRelayed(t *testing.T) {
 		proxytest.WriteJSON(w, http.StatusForbidden, forbiddenStatus())
 	}))
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true})
+	p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}}, true)
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, ""))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", ""), nil, ""))
 	if rec.Code != http.StatusForbidden {
 		t.Fatalf("code = %d, want 403", rec.Code)
 	}
@@ -310,24 +306,24 @@ func forbiddenStatus() *metav1.Status {
 func TestEventsNotMerged(t *testing.T) {
 	for _, tc := range []struct {
 		name, method string
-		mode         AuthMode
+		mode         proxy.AuthMode
 	}{
-		{"create event", http.MethodPost, AuthPassthrough},
-		{"authorize mode create", http.MethodPost, AuthAuthorize},
+		{"create event", http.MethodPost, proxy.AuthPassthrough},
+		{"authorize mode create", http.MethodPost, proxy.AuthAuthorize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			opts := Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true, AuthMode: tc.mode}
-			if tc.mode == AuthAuthorize {
+			opts := proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, AuthMode: tc.mode}
+			if tc.mode == proxy.AuthAuthorize {
 				opts.Authorizer = &proxytest.Authorizer{}
 			}
-			p := newTestProxy(t, opts)
-			target := eventsTarget("involvedObject.name=build", "")
+			p, _ := newTestProxy(t, opts, true)
+			target := proxytest.EventsTarget("involvedObject.name=build", "")
 			rec := httptest.NewRecorder()
 			p.ServeHTTP(rec, proxytest.RawRequest(t, tc.method, target, http.Header{"Authorization": {"Bearer caller-token"}}, ""))
-			reqs := up.requests()
+			reqs := up.Requests()
 			if rec.Code != http.StatusOK || rec.Body.String() != "ok" || len(reqs) != 1 || reqs[0].RequestURI != target || reqs[0].Method != tc.method {
 				t.Fatalf("not passed through: code %d body %q requests %+v", rec.Code, rec.Body, reqs)
 			}
@@ -344,9 +340,9 @@ func TestMemberEventsReadAsProtobuf(t *testing.T) {
 			up := &eventsUpstream{memberJSONOnly: jsonOnly}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, MergeMemberEvents: true})
+			p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}}, true)
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), http.Header{"Authorization": {"Bearer caller-token"}}, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", ""), http.Header{"Authorization": {"Bearer caller-token"}}, ""))
 			var list corev1.EventList
 			if err := json.Unmarshal(rec.Body.Bytes(), &list); rec.Code != http.StatusOK || err != nil {
 				t.Fatalf("merged list: %d %s (%v)", rec.Code, rec.Body, err)

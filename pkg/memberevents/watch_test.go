@@ -1,4 +1,4 @@
-package proxy
+package memberevents
 
 import (
 	"context"
@@ -28,6 +28,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
@@ -208,7 +209,7 @@ func (m *movingResolver) place(cluster string) {
 }
 
 // watchGateway serves a proxy with fast event-watch timing in front of api.
-func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts Options) (*httptest.Server, *Proxy) {
+func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts proxy.Options) (*httptest.Server, *Merger) {
 	t.Helper()
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
@@ -217,12 +218,11 @@ func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts Options) (
 	}
 	opts.Upstream.Host = up.URL
 	opts.Resolver = res
-	opts.MergeMemberEvents = true
-	p := newTestProxy(t, opts)
-	p.eventWatchTiming = eventWatchTiming{resolvePoll: 10 * time.Millisecond, placementCheck: 10 * time.Millisecond, retryBase: 10 * time.Millisecond, retryCap: 50 * time.Millisecond}
+	p, mg := newTestProxy(t, opts, true)
+	mg.eventWatchTiming = eventWatchTiming{resolvePoll: 10 * time.Millisecond, placementCheck: 10 * time.Millisecond, retryBase: 10 * time.Millisecond, retryCap: 50 * time.Millisecond}
 	gw := httptest.NewServer(p)
 	t.Cleanup(gw.Close)
-	return gw, p
+	return gw, mg
 }
 
 // watchClient reads a merged watch as client-go would.
@@ -336,7 +336,7 @@ func wantMemberEvent(t *testing.T, got watchResult, typ, cluster, name, rv strin
 func TestEventsWatchMergesMemberEvents(t *testing.T) {
 	api := newFakeWatchAPI()
 	m := metrics.New(prometheus.NewRegistry())
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{Metrics: m})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{Metrics: m})
 	// GitLab Runner's pod events watch: no resourceVersion.
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	if w.res.StatusCode != http.StatusOK || w.res.Header.Get("Content-Type") != "application/json" {
@@ -380,7 +380,7 @@ func TestEventsWatchMergesMemberEvents(t *testing.T) {
 // answer, which must be 200.
 func listEvents(t *testing.T, gw *httptest.Server, header http.Header) (*corev1.EventList, *http.Response) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, gw.URL+eventsTarget("involvedObject.name=build", ""), nil)
+	req, _ := http.NewRequest(http.MethodGet, gw.URL+proxytest.EventsTarget("involvedObject.name=build", ""), nil)
 	req.Header = header
 	res, err := gw.Client().Do(req)
 	if err != nil {
@@ -407,7 +407,7 @@ func urls(reqs []*http.Request) []string {
 // resourceVersion this gateway never handed out replays them.
 func TestEventsWatchResumes(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	list, _ := listEvents(t, gw, http.Header{})
 	if len(list.Items) != 2 || list.ResourceVersion != karmadaRV {
 		t.Fatalf("merged list: %+v", list)
@@ -437,7 +437,7 @@ func TestEventsWatchResumes(t *testing.T) {
 func TestEventsWatchFollowsPlacement(t *testing.T) {
 	api := newFakeWatchAPI()
 	res := &movingResolver{}
-	gw, _ := watchGateway(t, api, res, Options{})
+	gw, _ := watchGateway(t, api, res, proxy.Options{})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 
@@ -457,7 +457,7 @@ func TestEventsWatchReportsMemberFailure(t *testing.T) {
 	api := newFakeWatchAPI()
 	api.member("member1").code = http.StatusForbidden
 	m := metrics.New(prometheus.NewRegistry())
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{Metrics: m})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{Metrics: m})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 
@@ -488,7 +488,7 @@ func TestEventsWatchReportsMemberFailure(t *testing.T) {
 // followed by a list that sends only what changed.
 func TestEventsWatchRelistsWhenMemberForgets(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
@@ -513,7 +513,7 @@ func TestEventsWatchRelistsWhenMemberForgets(t *testing.T) {
 // state, stamped with its resourceVersion.
 func TestEventsWatchListInitialEvents(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	const q = "fieldSelector=involvedObject.name%3Dbuild&watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	w := openWatch(t, gw, q)
 	api.karmadaWatch <- eventLine("ADDED", testEvent("build.karmada", "4700", templateUID, "Scheduled"))
@@ -538,7 +538,7 @@ func TestEventsWatchListInitialEvents(t *testing.T) {
 // client as an aborted response, never as a clean end.
 func TestEventsWatchCutIsReported(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 	api.karmadaWatch <- cutStream
@@ -566,7 +566,7 @@ func TestEventsWatchRefusalsRelayed(t *testing.T) {
 		t.Run(tc.refuse, func(t *testing.T) {
 			api := newFakeWatchAPI()
 			api.karmadaCode[tc.refuse] = http.StatusForbidden
-			gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+			gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 			w := openWatch(t, gw, tc.query)
 			body, _ := io.ReadAll(w.res.Body)
 			if w.res.StatusCode != http.StatusForbidden {
@@ -586,7 +586,7 @@ func TestEventsWatchRefusalsRelayed(t *testing.T) {
 // limits like any watch.
 func TestEventsWatchHoldsAStreamSlot(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{MaxStreamsPerClient: 1})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{MaxStreamsPerClient: 1})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 	second := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
@@ -604,8 +604,8 @@ func TestEventsAuthorizeMode(t *testing.T) {
 	memberPath := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
 	gatewayFor := func(t *testing.T, authz *proxytest.Authorizer) (*httptest.Server, *fakeWatchAPI) {
 		api := newFakeWatchAPI()
-		gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{
-			Upstream: &rest.Config{BearerToken: "gateway-token"}, AuthMode: AuthAuthorize, Authorizer: authz,
+		gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{
+			Upstream: &rest.Config{BearerToken: "gateway-token"}, AuthMode: proxy.AuthAuthorize, Authorizer: authz,
 		})
 		return gw, api
 	}
@@ -658,11 +658,11 @@ func TestEventsAuthorizeMode(t *testing.T) {
 		api := newFakeWatchAPI()
 		up := httptest.NewServer(api)
 		defer up.Close()
-		p := newTestProxy(t, Options{
+		p, _ := newTestProxy(t, proxy.Options{
 			Upstream: &rest.Config{Host: up.URL, BearerToken: "gateway-token"}, Resolver: &movingResolver{},
-			MergeMemberEvents: true, AuthMode: AuthAuthorize, Authorizer: authz,
-		})
-		req := proxytest.RawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, "")
+			AuthMode: proxy.AuthAuthorize, Authorizer: authz,
+		}, true)
+		req := proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", ""), nil, "")
 		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: "alice"}}}}
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
