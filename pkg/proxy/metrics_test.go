@@ -29,7 +29,7 @@ func TestMetrics(t *testing.T) {
 	})
 	p, gw := newUpgradeEnv(t, mux, nil)
 	m := metrics.New(prometheus.NewRegistry())
-	p.metrics, p.series = m, newRequestSeries(m)
+	p.metrics, p.series = m, metrics.NewRequestSeries(m)
 
 	c := dialGateway(t, gw)
 	if resp := c.send(t, "GET", "/api/v1/namespaces/ci/pods/p/exec", websocketRequest); resp.StatusCode != 101 {

@@ -83,7 +83,7 @@ type Proxy struct {
 	authMode   AuthMode
 	authorizer Authorizer
 	metrics    *metrics.Metrics
-	series     *requestSeries
+	series     *metrics.RequestSeries
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
@@ -133,7 +133,7 @@ func New(opts Options) (*Proxy, error) {
 		authMode:   opts.AuthMode,
 		authorizer: opts.Authorizer,
 		metrics:    opts.Metrics,
-		series:     newRequestSeries(opts.Metrics),
+		series:     metrics.NewRequestSeries(opts.Metrics),
 		limiter:    newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
 		idle:       make(chan struct{}),
 	}
