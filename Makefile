@@ -97,7 +97,7 @@ kind-karmada-down:
 
 fuzz:
 	$(GO) test ./pkg/proxy -run '^$$' -fuzz '^FuzzRewrite$$' -fuzztime 30s
-	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzStripIdentityHeaders -fuzztime 15s
+	$(GO) test ./pkg/identity -run "^$$" -fuzz FuzzStripHeaders -fuzztime 15s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzAuthorizeModeHeaders -fuzztime 30s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzServiceProxyRewrite -fuzztime 30s
 

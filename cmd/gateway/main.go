@@ -29,6 +29,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/auth"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/labeler"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberevents"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
@@ -132,7 +133,11 @@ func run(ctx context.Context, o *options) error {
 	popts := proxy.Options{
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
 		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
-		MergeMemberEvents: o.mergeMemberEvents,
+	}
+	if o.mergeMemberEvents {
+		popts.Events = func(gw *proxy.Proxy) (proxy.EventsMerger, error) {
+			return memberevents.New(memberevents.Options{Gateway: gw, Resolver: res, Metrics: m})
+		}
 	}
 	if o.enableServiceProxy {
 		popts.ServiceResolver = res

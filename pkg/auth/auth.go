@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
 // Defaults for Options.
@@ -83,8 +83,6 @@ type Authorizer struct {
 	now         func() time.Time
 }
 
-var _ proxy.Authorizer = (*Authorizer)(nil)
-
 type clockFunc func() time.Time
 
 func (f clockFunc) Now() time.Time { return f() }
@@ -138,7 +136,7 @@ func (t *trace) cacheLabel() string {
 // decision is a cached outcome: of a TokenReview, of the impersonation
 // checks, or of a whole AuthorizeResource.
 type decision struct {
-	caller proxy.Caller
+	caller identity.Caller
 	err    error
 }
 
@@ -146,7 +144,7 @@ type decision struct {
 // (identity, impersonation and the SubjectAccessReview) is cached under the
 // credential's hash, the requested impersonation and every field of rr, so a
 // hit costs no API call at all.
-func (a *Authorizer) AuthorizeResource(ctx context.Context, r *http.Request, rr proxy.ResourceRequest) (proxy.Caller, error) {
+func (a *Authorizer) AuthorizeResource(ctx context.Context, r *http.Request, rr identity.ResourceRequest) (identity.Caller, error) {
 	tr := &trace{}
 	caller, err := a.authorizeResource(ctx, r, rr, tr)
 	a.record(ctx, "AuthorizeResource", caller, err, tr, "namespace", rr.Namespace, "verb", rr.Verb,
@@ -154,15 +152,15 @@ func (a *Authorizer) AuthorizeResource(ctx context.Context, r *http.Request, rr 
 	return caller, err
 }
 
-func (a *Authorizer) authorizeResource(ctx context.Context, r *http.Request, rr proxy.ResourceRequest, tr *trace) (proxy.Caller, error) {
+func (a *Authorizer) authorizeResource(ctx context.Context, r *http.Request, rr identity.ResourceRequest, tr *trace) (identity.Caller, error) {
 	if rr.Verb == "" || rr.Resource == "" {
 		// A bug in the caller, not the client's doing: an empty verb or
 		// resource would ask about something else than the request.
-		return proxy.Caller{}, apierrors.NewInternalError(fmt.Errorf("incomplete resource request %+v", rr))
+		return identity.Caller{}, apierrors.NewInternalError(fmt.Errorf("incomplete resource request %+v", rr))
 	}
 	cred, imp, err := a.credentialAndImpersonation(ctx, r, tr)
 	if err != nil {
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	key := cacheKey("resource", cred.key, imp.key(), rr.Namespace, rr.Verb, rr.Group, rr.Resource, rr.Subresource, rr.Name)
 	if v, ok := a.cache.Get(key); ok {
@@ -173,17 +171,17 @@ func (a *Authorizer) authorizeResource(ctx context.Context, r *http.Request, rr 
 
 	caller, err := a.effectiveCaller(ctx, cred, imp, tr)
 	if err != nil {
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	attrs := resourceAttributes(rr)
 	allowed, reason, err := a.review(ctx, caller, attrs, tr)
 	if err != nil {
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	if !allowed {
 		err := forbidden(caller.Name, attrs, reason)
 		a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
 	return copyCaller(caller), nil
@@ -193,7 +191,7 @@ func (a *Authorizer) authorizeResource(ctx context.Context, r *http.Request, rr 
 // builds for rr. RBAC ignores the version; the core group's only one is
 // given, as kube-apiserver gives the one in the path, for webhook
 // authorizers that look at it.
-func resourceAttributes(rr proxy.ResourceRequest) *authorizationv1.ResourceAttributes {
+func resourceAttributes(rr identity.ResourceRequest) *authorizationv1.ResourceAttributes {
 	attrs := &authorizationv1.ResourceAttributes{
 		Namespace:   rr.Namespace,
 		Verb:        rr.Verb,
@@ -213,21 +211,21 @@ func resourceAttributes(rr proxy.ResourceRequest) *authorizationv1.ResourceAttri
 // gateway may act as; a caller who may not impersonate gets 403 rather than
 // their own identity, which would silently drop what they asked for. Like
 // AuthorizeResource, each call counts as one AuthDecisionsTotal sample.
-func (a *Authorizer) Authenticate(ctx context.Context, r *http.Request) (proxy.Caller, error) {
+func (a *Authorizer) Authenticate(ctx context.Context, r *http.Request) (identity.Caller, error) {
 	tr := &trace{}
 	caller, err := a.authenticateRequest(ctx, r, tr)
 	a.record(ctx, "Authenticate", caller, err, tr)
 	return caller, err
 }
 
-func (a *Authorizer) authenticateRequest(ctx context.Context, r *http.Request, tr *trace) (proxy.Caller, error) {
+func (a *Authorizer) authenticateRequest(ctx context.Context, r *http.Request, tr *trace) (identity.Caller, error) {
 	cred, imp, err := a.credentialAndImpersonation(ctx, r, tr)
 	if err != nil {
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	caller, err := a.effectiveCaller(ctx, cred, imp, tr)
 	if err != nil {
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	return copyCaller(caller), nil
 }
@@ -253,7 +251,7 @@ func (a *Authorizer) credentialAndImpersonation(ctx context.Context, r *http.Req
 
 // effectiveCaller authenticates cred and applies imp after checking each
 // impersonated item, caching the outcome per credential and impersonation.
-func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *impersonation, tr *trace) (proxy.Caller, error) {
+func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *impersonation, tr *trace) (identity.Caller, error) {
 	requestor, err := a.authenticate(ctx, cred, tr)
 	if err != nil || imp == nil {
 		return requestor, err
@@ -267,12 +265,12 @@ func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *
 	for _, attrs := range imp.checks() {
 		allowed, reason, err := a.review(ctx, requestor, attrs, tr)
 		if err != nil {
-			return proxy.Caller{}, err
+			return identity.Caller{}, err
 		}
 		if !allowed {
 			err := forbidden(requestor.Name, attrs, reason)
 			a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
-			return proxy.Caller{}, err
+			return identity.Caller{}, err
 		}
 	}
 	caller := imp.caller()
@@ -281,7 +279,7 @@ func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *
 }
 
 // review asks karmada-apiserver whether who may do attrs.
-func (a *Authorizer) review(ctx context.Context, who proxy.Caller, attrs *authorizationv1.ResourceAttributes, tr *trace) (allowed bool, reason string, err error) {
+func (a *Authorizer) review(ctx context.Context, who identity.Caller, attrs *authorizationv1.ResourceAttributes, tr *trace) (allowed bool, reason string, err error) {
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		ResourceAttributes: attrs,
 		User:               who.Name,
@@ -360,7 +358,7 @@ func resultOf(err error) string {
 	}
 }
 
-func (a *Authorizer) record(ctx context.Context, op string, caller proxy.Caller, err error, tr *trace, kv ...any) {
+func (a *Authorizer) record(ctx context.Context, op string, caller identity.Caller, err error, tr *trace, kv ...any) {
 	result := resultOf(err)
 	if a.metrics != nil {
 		a.metrics.AuthDecisionsTotal.WithLabelValues(result, tr.cacheLabel()).Inc()
@@ -413,7 +411,7 @@ func toExtraValues(extra map[string][]string) map[string]authorizationv1.ExtraVa
 
 // copyCaller keeps cached identities immutable when callers append to or
 // edit what they are given.
-func copyCaller(c proxy.Caller) proxy.Caller {
+func copyCaller(c identity.Caller) identity.Caller {
 	c.Groups = slices.Clone(c.Groups)
 	if c.Extra != nil {
 		extra := make(map[string][]string, len(c.Extra))
@@ -425,7 +423,7 @@ func copyCaller(c proxy.Caller) proxy.Caller {
 	return c
 }
 
-func callerSize(c proxy.Caller) int {
+func callerSize(c identity.Caller) int {
 	n := len(c.Name) + len(c.UID)
 	for _, g := range c.Groups {
 		n += len(g)

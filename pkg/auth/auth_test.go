@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
@@ -59,7 +60,7 @@ func TestAuthorizePod(t *testing.T) {
 		setup      func(api *fakeAPI)
 		wantCode   int32 // 0 = allowed
 		wantMsg    string
-		wantCaller proxy.Caller
+		wantCaller identity.Caller
 		wantSAR    *authorizationv1.SubjectAccessReviewSpec
 		wantResult string
 	}{
@@ -67,7 +68,7 @@ func TestAuthorizePod(t *testing.T) {
 			name:   "valid token allowed",
 			header: bearer("alice-token"),
 			grant:  []string{aliceExec},
-			wantCaller: proxy.Caller{
+			wantCaller: identity.Caller{
 				Name: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"},
 			},
 			wantSAR: &authorizationv1.SubjectAccessReviewSpec{
@@ -83,14 +84,14 @@ func TestAuthorizePod(t *testing.T) {
 			name:       "bearer scheme is case-insensitive",
 			header:     http.Header{"Authorization": {"bEaReR alice-token"}},
 			grant:      []string{aliceExec},
-			wantCaller: proxy.Caller{Name: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"}},
+			wantCaller: identity.Caller{Name: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"}},
 			wantResult: "allowed/miss",
 		},
 		{
 			name:       "system:authenticated is not added twice",
 			header:     bearer("admin-token"),
 			grant:      []string{rule("admin", "create", "", "pods/exec", "ci", "job-42")},
-			wantCaller: proxy.Caller{Name: "admin", Groups: []string{"system:masters", "system:authenticated"}},
+			wantCaller: identity.Caller{Name: "admin", Groups: []string{"system:masters", "system:authenticated"}},
 			wantResult: "allowed/miss",
 		},
 		{
@@ -258,7 +259,7 @@ func TestCache(t *testing.T) {
 		rule("alice", "get", "", "pods/log", "ci", "job-42"),
 	)
 	logJob42 := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequests(http.MethodGet)[0]
-	call := func(token string, rr proxy.ResourceRequest) error {
+	call := func(token string, rr identity.ResourceRequest) error {
 		t.Helper()
 		_, err := env.authz.AuthorizeResource(ctx, newRequest(bearer(token), nil), rr)
 		return err
@@ -364,7 +365,7 @@ func TestCacheBound(t *testing.T) {
 	ctx := context.Background()
 	const size = 16
 	env := newTestEnv(t, func(o *Options) { o.MaxCacheEntries = size })
-	pod := func(i int) proxy.ResourceRequest {
+	pod := func(i int) identity.ResourceRequest {
 		return proxy.PodRequest{Namespace: "ci", Name: fmt.Sprintf("job-%d", i), Subresource: "exec"}.ResourceRequests(http.MethodPost)[0]
 	}
 	for i := range 200 {

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
 // Built-in groups kube-apiserver adds or recognises.
@@ -36,7 +36,7 @@ type credential struct {
 	// token is the bearer token; empty for certificates.
 	token string
 	// cert is the identity of a verified client certificate.
-	cert *proxy.Caller
+	cert *identity.Caller
 }
 
 // credentialOf picks the bearer token (from Authorization, else from a
@@ -45,10 +45,10 @@ type credential struct {
 // verified on every request (not cached) so expiry is honoured to the
 // second.
 func (a *Authorizer) credentialOf(r *http.Request) (credential, error) {
-	token, ok := bearerToken(r.Header)
+	token, ok := identity.BearerToken(r.Header)
 	if !ok {
 		var err error
-		if token, ok, err = proxy.WebSocketBearerToken(r.Header); err != nil {
+		if token, ok, err = identity.WebSocketBearerToken(r.Header); err != nil {
 			klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", err)
 			return credential{}, unauthorized()
 		}
@@ -57,7 +57,7 @@ func (a *Authorizer) credentialOf(r *http.Request) (credential, error) {
 		sum := sha256.Sum256([]byte(token))
 		return credential{key: "token:" + hex.EncodeToString(sum[:]), token: token}, nil
 	}
-	if a.clientCAs != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+	if a.clientCAs != nil && identity.HasClientCertificate(r) {
 		caller, fingerprint, err := a.verifyClientCert(r.TLS)
 		if err != nil {
 			klog.FromContext(r.Context()).V(2).Info("Client certificate rejected", "err", err)
@@ -68,25 +68,11 @@ func (a *Authorizer) credentialOf(r *http.Request) (credential, error) {
 	return credential{}, unauthorized()
 }
 
-// bearerToken parses Authorization as kube-apiserver's bearertoken
-// authenticator does: scheme case-insensitive, an empty token is no token.
-func bearerToken(h http.Header) (string, bool) {
-	auth := strings.TrimSpace(h.Get("Authorization"))
-	if auth == "" {
-		return "", false
-	}
-	parts := strings.SplitN(auth, " ", 3)
-	if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
-		return "", false
-	}
-	return parts[1], true
-}
-
 // verifyClientCert verifies the peer's chain against ClientCAPool's pool for client
 // auth (the TLS server only asks for a certificate) and maps it to a user as
 // kube-apiserver's x509 authenticator does: user CN, groups O, UID from the
 // Kubernetes UID attribute, credential-id the leaf's SHA-256.
-func (a *Authorizer) verifyClientCert(state *tls.ConnectionState) (proxy.Caller, string, error) {
+func (a *Authorizer) verifyClientCert(state *tls.ConnectionState) (identity.Caller, string, error) {
 	leaf := state.PeerCertificates[0]
 	opts := x509.VerifyOptions{
 		Roots:       a.clientCAs(),
@@ -100,18 +86,18 @@ func (a *Authorizer) verifyClientCert(state *tls.ConnectionState) (proxy.Caller,
 		}
 	}
 	if _, err := leaf.Verify(opts); err != nil {
-		return proxy.Caller{}, "", err
+		return identity.Caller{}, "", err
 	}
 	if leaf.Subject.CommonName == "" {
-		return proxy.Caller{}, "", errString("client certificate has no common name")
+		return identity.Caller{}, "", errString("client certificate has no common name")
 	}
 	uid, err := certUID(leaf)
 	if err != nil {
-		return proxy.Caller{}, "", err
+		return identity.Caller{}, "", err
 	}
 	sum := sha256.Sum256(leaf.Raw)
 	fingerprint := hex.EncodeToString(sum[:])
-	return proxy.Caller{
+	return identity.Caller{
 		Name:   leaf.Subject.CommonName,
 		UID:    uid,
 		Groups: withAuthenticatedGroup(slices.Clone(leaf.Subject.Organization)),
@@ -150,7 +136,7 @@ func (e errString) Error() string { return string(e) }
 
 // authenticate returns the identity cred stands for. Token reviews are
 // cached by the token's hash; failures to reach the API are not.
-func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trace) (proxy.Caller, error) {
+func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trace) (identity.Caller, error) {
 	if cred.cert != nil {
 		return *cred.cert, nil
 	}
@@ -166,7 +152,7 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 	if err != nil {
 		err = unavailable("authentication unavailable", err, cred.token)
 		klog.FromContext(ctx).Error(err, "TokenReview failed")
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	// An anonymous identity is not a credential the gateway acts for.
 	if !res.Status.Authenticated || res.Status.User.Username == "" || res.Status.User.Username == userAnonymous {
@@ -175,10 +161,10 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 		klog.FromContext(ctx).V(2).Info("Token rejected", "reason", strings.ReplaceAll(res.Status.Error, cred.token, "[redacted]"))
 		err := unauthorized()
 		a.cache.Add(key, decision{err: err}, a.negativeTTL)
-		return proxy.Caller{}, err
+		return identity.Caller{}, err
 	}
 	u := res.Status.User
-	caller := proxy.Caller{
+	caller := identity.Caller{
 		Name:   u.Username,
 		UID:    u.UID,
 		Groups: withAuthenticatedGroup(slices.Clone(u.Groups)),

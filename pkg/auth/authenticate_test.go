@@ -15,7 +15,7 @@ import (
 
 	asn1util "k8s.io/apimachinery/pkg/apis/asn1"
 
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
 func credentialID(c *x509.Certificate) map[string][]string {
@@ -29,11 +29,11 @@ func TestClientCertificate(t *testing.T) {
 		noCAs      bool
 		header     http.Header
 		state      func(p *testPKI) *tls.ConnectionState
-		wantCaller func(state *tls.ConnectionState) *proxy.Caller // nil = 401
+		wantCaller func(state *tls.ConnectionState) *identity.Caller // nil = 401
 	}
-	callerFor := func(name, uid string, groups ...string) func(*tls.ConnectionState) *proxy.Caller {
-		return func(s *tls.ConnectionState) *proxy.Caller {
-			return &proxy.Caller{Name: name, UID: uid, Groups: groups, Extra: credentialID(s.PeerCertificates[0])}
+	callerFor := func(name, uid string, groups ...string) func(*tls.ConnectionState) *identity.Caller {
+		return func(s *tls.ConnectionState) *identity.Caller {
+			return &identity.Caller{Name: name, UID: uid, Groups: groups, Extra: credentialID(s.PeerCertificates[0])}
 		}
 	}
 	tests := []tcase{
@@ -128,8 +128,8 @@ func TestClientCertificate(t *testing.T) {
 			state: func(p *testPKI) *tls.ConnectionState {
 				return p.client(t, pkix.Name{CommonName: "bob"})
 			},
-			wantCaller: func(*tls.ConnectionState) *proxy.Caller {
-				return &proxy.Caller{Name: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"}}
+			wantCaller: func(*tls.ConnectionState) *identity.Caller {
+				return &identity.Caller{Name: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"}}
 			},
 		},
 	}
@@ -141,19 +141,19 @@ func TestClientCertificate(t *testing.T) {
 				}
 			})
 			state := tc.state(env.pki)
-			var want *proxy.Caller
+			var want *identity.Caller
 			if tc.wantCaller != nil {
 				want = tc.wantCaller(state)
 				env.api.grant(rule(want.Name, "create", "", "pods/exec", "ci", "job-42"))
 			}
 			for _, op := range []struct {
 				name string
-				do   func() (proxy.Caller, error)
+				do   func() (identity.Caller, error)
 			}{
-				{"Authenticate", func() (proxy.Caller, error) {
+				{"Authenticate", func() (identity.Caller, error) {
 					return env.authz.Authenticate(context.Background(), newRequest(tc.header, state))
 				}},
-				{"AuthorizeResource", func() (proxy.Caller, error) {
+				{"AuthorizeResource", func() (identity.Caller, error) {
 					return env.authz.AuthorizeResource(context.Background(), newRequest(tc.header, state), execJob42)
 				}},
 			} {

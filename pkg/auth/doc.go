@@ -10,4 +10,9 @@
 // authorization filters (messages included), because clients print our
 // errors as they print the apiserver's. Results are cached briefly in a
 // bounded LRU keyed by a SHA-256 of the credential, never the credential.
+//
+// The proxy defines the Authorizer interface it uses; this package
+// implements it with the types of pkg/identity and does not import the
+// proxy. Reading credentials off the wire is pkg/identity's; deciding what
+// they are worth is this package's.
 package auth

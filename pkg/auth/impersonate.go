@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
 // Lower-case impersonation header names; requests are matched against them
@@ -189,8 +189,8 @@ func (imp *impersonation) checks() []*authorizationv1.ResourceAttributes {
 // passed: a service account gets its fixed groups unless groups were given,
 // and system:authenticated (system:unauthenticated for system:anonymous) is
 // added unless either built-in group was requested.
-func (imp *impersonation) caller() proxy.Caller {
-	c := proxy.Caller{Name: imp.user, UID: imp.uid}
+func (imp *impersonation) caller() identity.Caller {
+	c := identity.Caller{Name: imp.user, UID: imp.uid}
 	if ns, _, ok := splitServiceAccount(imp.user); ok && len(imp.groups) == 0 {
 		c.Groups = []string{allServiceAccountsGroup, allServiceAccountsGroup + ":" + ns}
 	}

@@ -10,6 +10,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
@@ -53,7 +54,7 @@ func TestImpersonation(t *testing.T) {
 		wantCode   int32
 		wantMsg    string
 		wantChecks []authorizationv1.ResourceAttributes
-		wantCaller proxy.Caller
+		wantCaller identity.Caller
 	}{
 		{
 			name:       "user allowed",
@@ -61,7 +62,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{users},
 			podRule:    podExec("bob"),
 			wantChecks: []authorizationv1.ResourceAttributes{users},
-			wantCaller: proxy.Caller{Name: "bob", Groups: []string{"system:authenticated"}},
+			wantCaller: identity.Caller{Name: "bob", Groups: []string{"system:authenticated"}},
 		},
 		{
 			name:       "user denied",
@@ -76,7 +77,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{users, devs, ops},
 			podRule:    podExec("bob"),
 			wantChecks: []authorizationv1.ResourceAttributes{users, devs, ops},
-			wantCaller: proxy.Caller{Name: "bob", Groups: []string{"devs", "ops", "system:authenticated"}},
+			wantCaller: identity.Caller{Name: "bob", Groups: []string{"devs", "ops", "system:authenticated"}},
 		},
 		{
 			name:       "one group denied",
@@ -92,7 +93,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{sa},
 			podRule:    podExec("system:serviceaccount:ci:runner"),
 			wantChecks: []authorizationv1.ResourceAttributes{sa},
-			wantCaller: proxy.Caller{Name: "system:serviceaccount:ci:runner", Groups: []string{
+			wantCaller: identity.Caller{Name: "system:serviceaccount:ci:runner", Groups: []string{
 				"system:serviceaccounts", "system:serviceaccounts:ci", "system:authenticated",
 			}},
 		},
@@ -102,7 +103,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{sa, devs},
 			podRule:    podExec("system:serviceaccount:ci:runner"),
 			wantChecks: []authorizationv1.ResourceAttributes{sa, devs},
-			wantCaller: proxy.Caller{Name: "system:serviceaccount:ci:runner", Groups: []string{"devs", "system:authenticated"}},
+			wantCaller: identity.Caller{Name: "system:serviceaccount:ci:runner", Groups: []string{"devs", "system:authenticated"}},
 		},
 		{
 			name:       "service account denied",
@@ -124,7 +125,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{users, uid},
 			podRule:    podExec("bob"),
 			wantChecks: []authorizationv1.ResourceAttributes{users, uid},
-			wantCaller: proxy.Caller{Name: "bob", UID: "bob-uid", Groups: []string{"system:authenticated"}},
+			wantCaller: identity.Caller{Name: "bob", UID: "bob-uid", Groups: []string{"system:authenticated"}},
 		},
 		{
 			name:       "uid alone is checked too",
@@ -140,7 +141,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{users, view, edit},
 			podRule:    podExec("bob"),
 			wantChecks: []authorizationv1.ResourceAttributes{users, view, edit},
-			wantCaller: proxy.Caller{Name: "bob", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"scopes": {"view", "edit"}}},
+			wantCaller: identity.Caller{Name: "bob", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"scopes": {"view", "edit"}}},
 		},
 		{
 			name:       "each extra value is checked",
@@ -156,7 +157,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{users, team},
 			podRule:    podExec("bob"),
 			wantChecks: []authorizationv1.ResourceAttributes{users, team},
-			wantCaller: proxy.Caller{Name: "bob", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"example.com/team": {"a"}}},
+			wantCaller: identity.Caller{Name: "bob", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"example.com/team": {"a"}}},
 		},
 		{
 			name:       "non-canonical header keys are honoured",
@@ -172,7 +173,7 @@ func TestImpersonation(t *testing.T) {
 			grant:      []authorizationv1.ResourceAttributes{anon},
 			podRule:    podExec("system:anonymous"),
 			wantChecks: []authorizationv1.ResourceAttributes{anon},
-			wantCaller: proxy.Caller{Name: "system:anonymous", Groups: []string{"system:unauthenticated"}},
+			wantCaller: identity.Caller{Name: "system:anonymous", Groups: []string{"system:unauthenticated"}},
 		},
 		{
 			name:       "pod SAR is for the impersonated user",
@@ -239,7 +240,7 @@ func TestImpersonation(t *testing.T) {
 					t.Fatalf("pod SARs = %d, want 1", len(podSARs))
 				}
 				p := podSARs[0]
-				got := proxy.Caller{Name: p.User, UID: p.UID, Groups: p.Groups}
+				got := identity.Caller{Name: p.User, UID: p.UID, Groups: p.Groups}
 				if len(p.Extra) > 0 {
 					got.Extra = map[string][]string{}
 					for k, v := range p.Extra {
@@ -294,19 +295,19 @@ func TestAuthenticate(t *testing.T) {
 		header     http.Header
 		grant      []string
 		wantCode   int32
-		wantCaller proxy.Caller
+		wantCaller identity.Caller
 		wantSARs   int
 	}{
 		{
 			name:       "token",
 			header:     bearer("alice-token"),
-			wantCaller: proxy.Caller{Name: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"}},
+			wantCaller: identity.Caller{Name: "alice", UID: "alice-uid", Groups: []string{"dev", "system:authenticated"}},
 		},
 		{
 			name:       "impersonation applied",
 			header:     http.Header{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {"bob"}},
 			grant:      []string{impRule(imp("", "users", "", "", "bob"))},
-			wantCaller: proxy.Caller{Name: "bob", Groups: []string{"system:authenticated"}},
+			wantCaller: identity.Caller{Name: "bob", Groups: []string{"system:authenticated"}},
 			wantSARs:   1,
 		},
 		{

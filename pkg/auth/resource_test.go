@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
-var webProxyGet = proxy.ResourceRequest{Namespace: "ci", Verb: "get", Resource: "services", Subresource: "proxy", Name: "https:web:443"}
+var webProxyGet = identity.ResourceRequest{Namespace: "ci", Verb: "get", Resource: "services", Subresource: "proxy", Name: "https:web:443"}
 
 // TestResourceAttributesAndDenials checks the SubjectAccessReview sent for a resource
 // request and, when it is denied, the Status kube-apiserver's authorization
@@ -24,7 +24,7 @@ var webProxyGet = proxy.ResourceRequest{Namespace: "ci", Verb: "get", Resource: 
 func TestResourceAttributesAndDenials(t *testing.T) {
 	tests := []struct {
 		name      string
-		rr        proxy.ResourceRequest
+		rr        identity.ResourceRequest
 		wantAttrs authorizationv1.ResourceAttributes
 		wantMsg   string
 		wantGR    schema.GroupResource
@@ -38,21 +38,21 @@ func TestResourceAttributesAndDenials(t *testing.T) {
 		},
 		{
 			name:      "namespaced list has no name",
-			rr:        proxy.ResourceRequest{Namespace: "ci", Verb: "list", Resource: "events"},
+			rr:        identity.ResourceRequest{Namespace: "ci", Verb: "list", Resource: "events"},
 			wantAttrs: authorizationv1.ResourceAttributes{Namespace: "ci", Verb: "list", Version: "v1", Resource: "events"},
 			wantMsg:   `events is forbidden: User "alice" cannot list resource "events" in API group "" in the namespace "ci"`,
 			wantGR:    schema.GroupResource{Resource: "events"},
 		},
 		{
 			name:      "named group has no version to guess",
-			rr:        proxy.ResourceRequest{Namespace: "ci", Verb: "watch", Group: "events.k8s.io", Resource: "events"},
+			rr:        identity.ResourceRequest{Namespace: "ci", Verb: "watch", Group: "events.k8s.io", Resource: "events"},
 			wantAttrs: authorizationv1.ResourceAttributes{Namespace: "ci", Verb: "watch", Group: "events.k8s.io", Resource: "events"},
 			wantMsg:   `events.events.k8s.io is forbidden: User "alice" cannot watch resource "events" in API group "events.k8s.io" in the namespace "ci"`,
 			wantGR:    schema.GroupResource{Group: "events.k8s.io", Resource: "events"},
 		},
 		{
 			name:      "cluster scope",
-			rr:        proxy.ResourceRequest{Verb: "get", Resource: "namespaces", Name: "ci"},
+			rr:        identity.ResourceRequest{Verb: "get", Resource: "namespaces", Name: "ci"},
 			wantAttrs: authorizationv1.ResourceAttributes{Verb: "get", Version: "v1", Resource: "namespaces", Name: "ci"},
 			wantMsg:   `namespaces "ci" is forbidden: User "alice" cannot get resource "namespaces" in API group "" at the cluster scope`,
 			wantGR:    schema.GroupResource{Resource: "namespaces"},
@@ -103,7 +103,7 @@ func TestResourceAttributesAndDenials(t *testing.T) {
 }
 
 func TestAuthorizeResourceRefusesIncompleteRequests(t *testing.T) {
-	for _, rr := range []proxy.ResourceRequest{
+	for _, rr := range []identity.ResourceRequest{
 		{Namespace: "ci", Resource: "services", Subresource: "proxy", Name: "web"},
 		{Namespace: "ci", Verb: "get", Name: "web"},
 	} {
@@ -122,13 +122,13 @@ func TestAuthorizeResourceRefusesIncompleteRequests(t *testing.T) {
 // never answers a request that differs in any one field, so a grant on one
 // object cannot leak to its neighbours.
 func TestResourceCacheKeyedOnEveryField(t *testing.T) {
-	variants := map[string]func(rr *proxy.ResourceRequest){
-		"namespace":   func(rr *proxy.ResourceRequest) { rr.Namespace = "prod" },
-		"verb":        func(rr *proxy.ResourceRequest) { rr.Verb = "create" },
-		"group":       func(rr *proxy.ResourceRequest) { rr.Group = "example.com" },
-		"resource":    func(rr *proxy.ResourceRequest) { rr.Resource = "pods" },
-		"subresource": func(rr *proxy.ResourceRequest) { rr.Subresource = "" },
-		"name":        func(rr *proxy.ResourceRequest) { rr.Name = "http:web:80" },
+	variants := map[string]func(rr *identity.ResourceRequest){
+		"namespace":   func(rr *identity.ResourceRequest) { rr.Namespace = "prod" },
+		"verb":        func(rr *identity.ResourceRequest) { rr.Verb = "create" },
+		"group":       func(rr *identity.ResourceRequest) { rr.Group = "example.com" },
+		"resource":    func(rr *identity.ResourceRequest) { rr.Resource = "pods" },
+		"subresource": func(rr *identity.ResourceRequest) { rr.Subresource = "" },
+		"name":        func(rr *identity.ResourceRequest) { rr.Name = "http:web:80" },
 	}
 	for field, edit := range variants {
 		t.Run(field, func(t *testing.T) {

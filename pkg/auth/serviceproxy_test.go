@@ -17,6 +17,10 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
+// The proxy defines what it needs of authorize mode; this package does not
+// import it outside tests.
+var _ proxy.Authorizer = (*Authorizer)(nil)
+
 // TestServiceProxyThroughTheGateway drives services/proxy through a real
 // Proxy in authorize mode with this Authorizer: the SubjectAccessReview is
 // about the original request as kube-apiserver reads it, Impersonate-* is

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,50 +15,16 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
-
-type fakeAuthorizer struct {
-	caller  Caller
-	deny    error
-	authErr error
-	// denyVerb denies only requests with that verb, with its error.
-	denyVerb map[string]error
-
-	mu         sync.Mutex
-	authorized []ResourceRequest
-	authed     int
-}
-
-func (f *fakeAuthorizer) AuthorizeResource(_ context.Context, r *http.Request, rr ResourceRequest) (Caller, error) {
-	f.mu.Lock()
-	f.authorized = append(f.authorized, rr)
-	f.mu.Unlock()
-	if f.deny != nil {
-		return Caller{}, f.deny
-	}
-	if err := f.denyVerb[rr.Verb]; err != nil {
-		return Caller{}, err
-	}
-	return f.caller, nil
-}
-
-func (f *fakeAuthorizer) Authenticate(_ context.Context, r *http.Request) (Caller, error) {
-	f.mu.Lock()
-	f.authed++
-	f.mu.Unlock()
-	if f.authErr != nil {
-		return Caller{}, f.authErr
-	}
-	return f.caller, nil
-}
 
 // certRequestingGateway serves p over TLS asking for (not requiring) a
 // client certificate, as the gateway does with --client-ca-file, and
@@ -106,7 +71,7 @@ func TestAuthorizeMode(t *testing.T) {
 		"Sec-Websocket-Protocol":    {"base64url.bearer.authorization.k8s.io.c2VjcmV0, v5.channel.k8s.io, v4.channel.k8s.io"},
 		"X-Stream-Protocol-Version": {"v4.channel.k8s.io"},
 	}
-	caller := Caller{
+	caller := identity.Caller{
 		Name: "alice", UID: "uid-1", Groups: []string{"dev", "system:authenticated"},
 		Extra: map[string][]string{"scopes": {"a", "b"}, "example.com/key with space": {"v"}},
 	}
@@ -124,16 +89,16 @@ func TestAuthorizeMode(t *testing.T) {
 		target   string
 		header   http.Header
 		withCert bool
-		authz    *fakeAuthorizer
+		authz    *proxytest.Authorizer
 		wantCode int
 		// check inspects what the upstream received.
-		check func(t *testing.T, got recorded)
+		check func(t *testing.T, got proxytest.Recorded)
 	}{
 		{
 			name: "rewritten route uses the gateway identity", target: "/api/v1/namespaces/ci/pods/p/exec?command=sh",
-			header: forged, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
-				if got.Path != karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/exec") {
+			header: forged, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
+			check: func(t *testing.T, got proxytest.Recorded) {
+				if got.Path != karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/p/exec") {
 					t.Errorf("path %q", got.Path)
 				}
 				if got.Header.Get("Authorization") != "Bearer gateway-token" {
@@ -154,12 +119,12 @@ func TestAuthorizeMode(t *testing.T) {
 		},
 		{
 			name: "denied rewritten route never reaches upstream", target: "/api/v1/namespaces/ci/pods/p/attach",
-			header: forged, authz: &fakeAuthorizer{deny: forbidden}, wantCode: 403,
+			header: forged, authz: &proxytest.Authorizer{Deny: forbidden}, wantCode: 403,
 		},
 		{
 			name: "passthrough with bearer is unchanged", target: "/api/v1/namespaces/ci/pods/p",
-			header: forged, withCert: true, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
+			header: forged, withCert: true, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
+			check: func(t *testing.T, got proxytest.Recorded) {
 				for _, k := range identity {
 					if !reflect.DeepEqual(got.Header[k], forged[k]) {
 						t.Errorf("%s = %q, want the caller's %q", k, got.Header[k], forged[k])
@@ -169,8 +134,8 @@ func TestAuthorizeMode(t *testing.T) {
 		},
 		{
 			name: "passthrough x509 caller is impersonated", target: "/api/v1/namespaces/ci/pods/p",
-			header: noBearer(forged), withCert: true, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
+			header: noBearer(forged), withCert: true, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
+			check: func(t *testing.T, got proxytest.Recorded) {
 				want := map[string][]string{
 					"Authorization":     {"Bearer gateway-token"},
 					"Impersonate-User":  {"alice"},
@@ -205,12 +170,12 @@ func TestAuthorizeMode(t *testing.T) {
 		},
 		{
 			name: "passthrough x509 caller not authenticated", target: "/api/v1/namespaces/ci/pods/p",
-			header: noBearer(forged), withCert: true, authz: &fakeAuthorizer{authErr: unauthorized}, wantCode: 401,
+			header: noBearer(forged), withCert: true, authz: &proxytest.Authorizer{AuthErr: unauthorized}, wantCode: 401,
 		},
 		{
 			name: "passthrough anonymous goes as is", target: "/version",
-			header: http.Header{"Accept": {"application/json"}}, authz: &fakeAuthorizer{caller: caller}, wantCode: 200,
-			check: func(t *testing.T, got recorded) {
+			header: http.Header{"Accept": {"application/json"}}, authz: &proxytest.Authorizer{Caller: caller}, wantCode: 200,
+			check: func(t *testing.T, got proxytest.Recorded) {
 				if got.Header.Get("Authorization") != "" || got.Header.Get("Impersonate-User") != "" {
 					t.Errorf("anonymous request got credentials: %v", got.Header)
 				}
@@ -219,7 +184,7 @@ func TestAuthorizeMode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			upstream := httptest.NewTLSServer(up)
 			defer upstream.Close()
 			cfg := tlsUpstreamConfig(upstream)
@@ -243,9 +208,9 @@ func TestAuthorizeMode(t *testing.T) {
 			if resp.StatusCode != tt.wantCode {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.wantCode, body)
 			}
-			reqs := up.requests()
+			reqs := up.Requests()
 			if tt.check == nil {
-				decodeStatus(t, resp.Header.Get("Content-Type"), body)
+				proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 				if len(reqs) != 0 {
 					t.Fatalf("refused request reached the upstream")
 				}
@@ -260,7 +225,7 @@ func TestAuthorizeMode(t *testing.T) {
 }
 
 func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewTLSServer(up)
 	defer upstream.Close()
 	cfg := tlsUpstreamConfig(upstream)
@@ -278,7 +243,7 @@ func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -296,10 +261,10 @@ func TestPassthroughModeNeverAddsCredentials(t *testing.T) {
 // adds. POST pods/log, which kube-apiserver authorizes as create and then
 // answers 405, never reaches the member as the gateway.
 func TestAuthorizeModePodVerbs(t *testing.T) {
-	rr := func(sub string, verbs ...string) []ResourceRequest {
-		var out []ResourceRequest
+	rr := func(sub string, verbs ...string) []identity.ResourceRequest {
+		var out []identity.ResourceRequest
 		for _, v := range verbs {
-			out = append(out, ResourceRequest{Namespace: "ci", Verb: v, Resource: "pods", Subresource: sub, Name: "p"})
+			out = append(out, identity.ResourceRequest{Namespace: "ci", Verb: v, Resource: "pods", Subresource: sub, Name: "p"})
 		}
 		return out
 	}
@@ -314,7 +279,7 @@ func TestAuthorizeModePodVerbs(t *testing.T) {
 		header            [][2]string
 		denyVerb          map[string]error
 		wantCode          int
-		wantAsked         []ResourceRequest
+		wantAsked         []identity.ResourceRequest
 	}{
 		{"POST exec", "POST", "exec", upgrade, nil, 101, rr("exec", "create")},
 		{"GET exec upgrade", "GET", "exec", upgrade, nil, 101, rr("exec", "get", "create")},
@@ -332,31 +297,31 @@ func TestAuthorizeModePodVerbs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice"}, denyVerb: tt.denyVerb})
+			env := newAuthorizeEnv(t, &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}, DenyVerb: tt.denyVerb})
 			c := env.dial(t, nil)
 			resp := c.send(t, tt.method, "/api/v1/namespaces/ci/pods/p/"+tt.sub, tt.header)
 			if resp.StatusCode != tt.wantCode {
 				body, _ := io.ReadAll(resp.Body)
 				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.wantCode)
 			}
-			if !reflect.DeepEqual(env.authz.authorized, tt.wantAsked) {
-				t.Errorf("authorized %+v\nwant       %+v", env.authz.authorized, tt.wantAsked)
+			if !reflect.DeepEqual(env.authz.Authorized(), tt.wantAsked) {
+				t.Errorf("authorized %+v\nwant       %+v", env.authz.Authorized(), tt.wantAsked)
 			}
 			if tt.wantCode < 300 {
 				return
 			}
 			body, _ := io.ReadAll(resp.Body)
-			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 			if int(st.Code) != tt.wantCode {
 				t.Errorf("Status code %d, want %d", st.Code, tt.wantCode)
 			}
 			if tt.wantCode == http.StatusForbidden && !strings.Contains(st.Message, `User "alice"`) {
 				t.Errorf("403 %q does not name the caller", st.Message)
 			}
-			if n := len(env.up.requests()) + len(env.echo.requestHeaders()); n != 0 {
+			if n := len(env.up.Requests()) + len(env.echo.requestHeaders()); n != 0 {
 				t.Errorf("refused request reached the upstream %d times", n)
 			}
-			if calls := env.res.called(); tt.wantCode == http.StatusForbidden && len(calls) != 0 {
+			if calls := env.res.Called(); tt.wantCode == http.StatusForbidden && len(calls) != 0 {
 				t.Errorf("denied request was resolved: %q", calls)
 			}
 		})

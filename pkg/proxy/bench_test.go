@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 const (
@@ -70,7 +71,7 @@ func benchPod(i int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: "ci", UID: "6f9d1c3e-2a4b-4c5d-8e7f-0a1b2c3d4e5f", ResourceVersion: "123456789",
 			CreationTimestamp: ts,
-			Labels:            map[string]string{"pod": name, "project.runner.gitlab.com/id": "42", "cluster.karmada.io/name": testCluster},
+			Labels:            map[string]string{"pod": name, "project.runner.gitlab.com/id": "42", "cluster.karmada.io/name": proxytest.Cluster},
 			Annotations:       map[string]string{"job.runner.gitlab.com/url": "https://gitlab.example.com/group/project/-/jobs/123456789"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: "gitlab-runner", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &ts,
@@ -405,7 +406,7 @@ func liveMemory() uint64 {
 
 // benchEventsAPI is karmada-apiserver answering a pod-scoped events list
 // with a few of Karmada's own events and the pod template, with the cluster
-// proxy of testCluster behind it answering the member's events for the pod:
+// proxy of proxytest.Cluster behind it answering the member's events for the pod:
 // benchMemberEvents of them, as kube-apiserver writes them.
 type benchEventsAPI struct {
 	karmadaList, template, memberList []byte
@@ -450,7 +451,7 @@ func newBenchEventsAPI(t testing.TB) *benchEventsAPI {
 	}
 }
 
-var benchMemberEventsPath = karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+var benchMemberEventsPath = karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events")
 
 func (a *benchEventsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body []byte
@@ -475,7 +476,7 @@ func (a *benchEventsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (what a patched executor would read).
 func BenchmarkEventsList(b *testing.B) {
 	upstream := benchServer(b, newBenchEventsAPI(b))
-	p := newTestProxy(b, Options{Upstream: tlsUpstreamConfig(upstream), MergeMemberEvents: true})
+	p := newTestProxy(b, withMemberEvents(Options{Upstream: tlsUpstreamConfig(upstream)}))
 	var gateway *httptest.Server
 	pprof.Do(context.Background(), pprof.Labels("party", "gateway"), func(context.Context) {
 		gateway = benchServer(b, p)

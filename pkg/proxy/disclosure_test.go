@@ -13,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // judgingKarmada stands in for karmada-apiserver judging the caller's own
@@ -31,15 +33,15 @@ func (k *judgingKarmada) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	k.mu.Unlock()
 	switch r.Header.Get("Authorization") {
 	case "Bearer good":
-		writeJSON(w, http.StatusOK, &metav1.PartialObjectMetadata{})
+		proxytest.WriteJSON(w, http.StatusOK, &metav1.PartialObjectMetadata{})
 	case "Bearer denied":
 		st := apierrors.NewForbidden(podsResource, "p", errors.New(`User "bob" cannot get resource "pods" in API group "" in the namespace "ci"`)).ErrStatus
 		st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
-		writeJSON(w, http.StatusForbidden, &st)
+		proxytest.WriteJSON(w, http.StatusForbidden, &st)
 	default:
 		st := apierrors.NewUnauthorized("Unauthorized").ErrStatus
 		st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
-		writeJSON(w, http.StatusUnauthorized, &st)
+		proxytest.WriteJSON(w, http.StatusUnauthorized, &st)
 	}
 }
 
@@ -76,7 +78,7 @@ func TestPassthroughRefusalDisclosesNothing(t *testing.T) {
 		cluster string
 		err     error
 	}{
-		{"placed", testCluster, nil},
+		{"placed", proxytest.Cluster, nil},
 		{"not found", "", apierrors.NewNotFound(podsResource, "p")},
 		{"not placed", "", apierrors.NewConflict(podsResource, "p", errors.New("not scheduled to any cluster yet"))},
 		{"cluster not ready", "", apierrors.NewServiceUnavailable(`cluster "member1" is not ready: ClusterNotReachable`)},
@@ -98,11 +100,11 @@ func TestPassthroughRefusalDisclosesNothing(t *testing.T) {
 				for _, res := range resolvers {
 					k := &judgingKarmada{}
 					srv := httptest.NewServer(k)
-					pods := &stubResolver{cluster: res.cluster, err: res.err}
-					services := &stubResolver{cluster: res.cluster, err: res.err}
+					pods := &proxytest.Resolver{Cluster: res.cluster, Err: res.err}
+					services := &proxytest.Resolver{Cluster: res.cluster, Err: res.err}
 					p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: pods, ServiceResolver: services})
 					rec := httptest.NewRecorder()
-					p.ServeHTTP(rec, rawRequest(t, route.method, route.target, caller.header, ""))
+					p.ServeHTTP(rec, proxytest.RawRequest(t, route.method, route.target, caller.header, ""))
 					srv.Close()
 
 					if rec.Code != caller.wantCode {
@@ -110,13 +112,13 @@ func TestPassthroughRefusalDisclosesNothing(t *testing.T) {
 					}
 					if first == nil {
 						first = rec.Body.Bytes()
-						if st := decodeStatus(t, rec.Header().Get("Content-Type"), first); int(st.Code) != caller.wantCode {
+						if st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), first); int(st.Code) != caller.wantCode {
 							t.Fatalf("Status %d, want %d", st.Code, caller.wantCode)
 						}
 					} else if !bytes.Equal(rec.Body.Bytes(), first) {
 						t.Errorf("%s: answer differs with placement:\n%s\nvs\n%s", res.name, rec.Body, first)
 					}
-					if c := append(pods.called(), services.called()...); len(c) != 0 {
+					if c := append(pods.Called(), services.Called()...); len(c) != 0 {
 						t.Errorf("%s: a refused caller's request was resolved: %q", res.name, c)
 					}
 					for _, r := range k.requests() {
@@ -166,10 +168,10 @@ func TestPassthroughAdmissionCheck(t *testing.T) {
 			k := &judgingKarmada{}
 			srv := httptest.NewServer(k)
 			defer srv.Close()
-			pods := &stubResolver{cluster: testCluster}
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: pods, ServiceResolver: &stubResolver{cluster: testCluster}})
+			pods := &proxytest.Resolver{Cluster: proxytest.Cluster}
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: pods, ServiceResolver: &proxytest.Resolver{Cluster: proxytest.Cluster}})
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, tt.header, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tt.method, tt.target, tt.header, ""))
 			reqs := k.requests()
 			if len(reqs) != 2 {
 				t.Fatalf("code %d %s: %d upstream requests, want the check and the rewritten request", rec.Code, rec.Body, len(reqs))
@@ -204,23 +206,23 @@ func TestPassthroughAdmissionCheck(t *testing.T) {
 // whether or not the pod is placed, lists and watches alike.
 func TestPassthroughEventsRefusalDisclosesNothing(t *testing.T) {
 	targets := []string{
-		eventsTarget("involvedObject.name=p", ""),
-		eventsTarget("involvedObject.name=p,type=Warning", "&limit=200"),
-		eventsTarget("involvedObject.name=p", "&watch=true"),
-		eventsTarget("involvedObject.name=p", "&watch=true&resourceVersion=42"),
+		proxytest.EventsTarget("involvedObject.name=p", ""),
+		proxytest.EventsTarget("involvedObject.name=p,type=Warning", "&limit=200"),
+		proxytest.EventsTarget("involvedObject.name=p", "&watch=true"),
+		proxytest.EventsTarget("involvedObject.name=p", "&watch=true&resourceVersion=42"),
 	}
 	for _, target := range targets {
 		for _, caller := range refusedCallers {
 			t.Run(target+" "+caller.name, func(t *testing.T) {
 				var first []byte
-				for _, res := range []*stubResolver{
-					{cluster: testCluster},
-					{err: apierrors.NewConflict(podsResource, "p", errors.New("not scheduled to any cluster yet"))},
+				for _, res := range []*proxytest.Resolver{
+					{Cluster: proxytest.Cluster},
+					{Err: apierrors.NewConflict(podsResource, "p", errors.New("not scheduled to any cluster yet"))},
 				} {
 					srv := httptest.NewServer(&judgingKarmada{})
-					p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: true})
+					p := newTestProxy(t, withMemberEvents(Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res}))
 					rec := httptest.NewRecorder()
-					p.ServeHTTP(rec, rawRequest(t, "GET", target, caller.header, ""))
+					p.ServeHTTP(rec, proxytest.RawRequest(t, "GET", target, caller.header, ""))
 					srv.Close()
 					if rec.Code != caller.wantCode {
 						t.Fatalf("resolver %+v: code %d %s, want %d", res, rec.Code, rec.Body, caller.wantCode)

@@ -1,9 +1,13 @@
 // Package proxy is the gateway's reverse proxy in front of karmada-apiserver.
 //
-// It owns routing, the rewrite of pods/{exec,attach,log,portforward} to
-// Karmada's cluster proxy, the upstream transports, authorize-mode identity
-// handling, Status errors and graceful drain. Everything else is passed
-// through byte for byte.
+// It owns routing, the rewrite of pods/{exec,attach,log,portforward},
+// pods/proxy and services/proxy to Karmada's cluster proxy, the upstream
+// transports, upgrades, the stream limits, authorize mode's decisions (the
+// Authorizer interface it consumes; pkg/auth implements it, pkg/identity
+// reads and writes identities on the wire), Status errors (written by
+// pkg/apiresponse) and graceful drain. Everything else is passed through
+// byte for byte. Member events are pkg/memberevents', handed requests
+// through EventsMerger.
 //
 // Design:
 //   - Routing (router.go, chi) parses the escaped path strictly. Any request
@@ -21,35 +25,10 @@
 //     no segment that is or decodes to a dot segment. Authorize mode
 //     authorizes the verb kube-apiserver derives from the method on
 //     pods/proxy (services/proxy), named by the whole segment.
-//   - Member pod events (events.go, eventswatch.go), when
-//     Options.MergeMemberEvents is set: a GET
-//     /api/v1/namespaces/<ns>/events list or watch whose fieldSelector pins
-//     involvedObject.name=<pod> with equality is answered with
-//     karmada-apiserver's events plus the member's events for that pod, both
-//     read with the caller's own headers (the member's through the cluster
-//     proxy, so the member's RBAC applies; in authorize mode the member's
-//     are read with the gateway's identity, each read first allowed by the
-//     Authorizer as list or watch of events in the namespace). The selector may also pin
-//     kind=Pod, namespace=<ns>, apiVersion=v1 and uid (checked against the
-//     template), and filter on type, reason, source, reportingComponent and
-//     involvedObject.fieldPath with any operator (passed to the member as
-//     written: GitLab Runner lists `involvedObject.name=<pod>,type=Warning`).
-//     Member events get the template's involvedObject.uid (executors filter
-//     on it), the name "<cluster>.<name>", the annotation
-//     MemberClusterAnnotation, and a karmada-apiserver resourceVersion as
-//     theirs, so a client never hands karmada-apiserver a member's
-//     resourceVersion. Lists: member events come on the last page, with the
-//     list's resourceVersion; a member that cannot be read yields karmada's
-//     events and a `Warning: 299 - "member events from <cluster>
-//     unavailable: ..."` header. Watches (eventswatch.go has the
-//     resourceVersion rules): member events carry the latest karmada
-//     resourceVersion the stream passed; a pod not placed yet is waited for;
-//     member watches are re-established, re-listed after 410 and follow
-//     failover; a member that cannot be read is reported in the stream as a
-//     Warning event with reason MemberEventsUnavailable. Label selectors,
-//     exact resourceVersion matches, Table/PartialObjectMetadata or
-//     protobuf-only Accept, the legacy /watch/ paths and events.k8s.io pass
-//     through unchanged.
+//   - Hand-off (handoff.go): requests an EventsMerger (Options.Events,
+//     pkg/memberevents) claims go to it once their passthrough identity is
+//     known; it reaches upstream only through the Proxy's exported methods,
+//     so identities, stream limits, metrics and errors stay here.
 //   - Proxying is httputil.ReverseProxy with the Rewrite hook. Rewrite restores
 //     what ReverseProxy changes for safety in generic proxies but that would
 //     break byte-for-byte passthrough here: the raw query (cleanQueryParams
@@ -84,7 +63,7 @@
 //     and identity headers (a WebSocket subprotocol token as Authorization).
 //     Any answer but 200 is relayed as it came, so a caller it refuses learns
 //     nothing about placement. Nothing is cached.
-//   - Authorize mode (auth.go): rewritten routes are authorized by the
+//   - Authorize mode (pkg/identity on the wire): rewritten routes are authorized by the
 //     Authorizer with the verbs kube-apiserver checks for the method
 //     (PodRequest.ResourceRequests: GET of exec, attach and portforward needs
 //     get and create) and sent with the gateway's identity after every client

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 )
 
 // execServer is a minimal kubelet-style exec endpoint speaking SPDY
@@ -79,7 +81,7 @@ func (s *execServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hw := &hijackRecorder{ResponseWriter: w}
 	if ws {
 		if s.rejectWebSocket {
-			writeStatus(w, apierrors.NewBadRequest("websocket upgrades are not supported here"))
+			apiresponse.WriteStatus(w, apierrors.NewBadRequest("websocket upgrades are not supported here"))
 			return
 		}
 		s.serveWebSocket(hw, r)

@@ -15,14 +15,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // TestKarmadaDownAndBack: while karmada-apiserver cannot be reached every
 // request gets a 503 Status, and the gateway serves again as soon as it can
 // be reached, with nothing restarted.
 func TestKarmadaDownAndBack(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewServer(up)
 	defer upstream.Close()
 	var down atomic.Bool
@@ -67,7 +69,7 @@ func TestKarmadaDownAndBack(t *testing.T) {
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("round %d %s: %d %s, want 503", round, tc.target, resp.StatusCode, body)
 			}
-			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 			if !strings.Contains(st.Message, "error trying to reach "+tc.upstreamName) {
 				t.Errorf("round %d %s: message %q does not name %s", round, tc.target, st.Message, tc.upstreamName)
 			}
@@ -93,7 +95,7 @@ func TestMemberClusterDownFailsOnlyItsPods(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, deadProxy) {
 			// What Karmada's aggregated apiserver answers when a member is unreachable.
-			writeStatus(w, apierrors.NewServiceUnavailable(`error trying to reach cluster "member3": dial tcp: connect: connection refused`))
+			apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable(`error trying to reach cluster "member3": dial tcp: connect: connection refused`))
 			return
 		}
 		_, _ = io.WriteString(w, "ok")
@@ -133,7 +135,7 @@ func TestMemberClusterDownFailsOnlyItsPods(t *testing.T) {
 			if tc.wantCode == 200 {
 				continue
 			}
-			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 			if !strings.Contains(st.Message, tc.naming) {
 				t.Errorf("%s/%s: message %q does not name %s", tc.pod, sub, st.Message, tc.naming)
 			}

@@ -8,6 +8,10 @@ import (
 	"testing"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity/identitytest"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // FuzzAuthorizeModeHeaders sends a rewritten request in authorize mode with
@@ -27,7 +31,7 @@ func FuzzAuthorizeModeHeaders(f *testing.F) {
 		f.Add(seed[0], seed[1], seed[2])
 	}
 
-	authz := &fakeAuthorizer{caller: Caller{Name: "alice"}}
+	authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
 	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, AuthMode: AuthAuthorize, Authorizer: authz})
 	// The gateway transport would add the gateway's token; the recorder shows
 	// what the proxy itself lets through.
@@ -62,18 +66,18 @@ func FuzzAuthorizeModeHeaders(f *testing.F) {
 			t.Fatalf("%d upstream requests", len(out.requests))
 		}
 		for k, vs := range out.requests[0].Header {
-			if identityHeaderOracle(k) {
+			if identitytest.IsIdentityHeader(k) {
 				t.Errorf("identity header %q: %q left the gateway", k, vs)
 			}
 			for _, v := range vs {
-				if strings.Contains(v, "secret-token") || strings.Contains(v, websocketBearerPrefix) {
+				if strings.Contains(v, "secret-token") || strings.Contains(v, identity.WebSocketBearerPrefix) {
 					t.Errorf("header %q carries a client credential: %q", k, v)
 				}
 			}
 		}
 		if out.requests[0].Trailer != nil {
 			for k := range out.requests[0].Trailer {
-				if identityHeaderOracle(k) {
+				if identitytest.IsIdentityHeader(k) {
 					t.Errorf("identity trailer %q announced upstream", k)
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // FuzzServiceProxyRewrite checks that with a ServiceResolver a request is
@@ -29,9 +30,9 @@ func FuzzServiceProxyRewrite(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1])
 	}
-	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &stubResolver{cluster: testCluster}})
+	p := newTestProxy(f, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, ServiceResolver: &proxytest.Resolver{Cluster: proxytest.Cluster}})
 	out := recordUpstream(p)
-	clusterPrefix := karmada.ClusterProxyPath(testCluster, "")
+	clusterPrefix := karmada.ClusterProxyPath(proxytest.Cluster, "")
 
 	f.Fuzz(func(t *testing.T, path, query string) {
 		req, target, ok := fuzzRequest(path, query)

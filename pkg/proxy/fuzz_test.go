@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // canonicalPodPath is an independent statement of the strict parse: DNS-1123
@@ -100,7 +101,7 @@ func FuzzRewrite(f *testing.F) {
 			if len(out.requests) != 1 {
 				t.Fatalf("%q: canonical pod request not sent upstream: %d %s", target, rec.Code, rec.Body)
 			}
-			want := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
+			want := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
 			if got := out.requests[0].URL.EscapedPath(); got != want || out.requests[0].URL.Path != want {
 				t.Fatalf("%q: rewritten to %q (Path %q), want %q", target, got, out.requests[0].URL.Path, want)
 			}
@@ -109,7 +110,7 @@ func FuzzRewrite(f *testing.F) {
 			}
 			return
 		}
-		clusterPrefix := karmada.ClusterProxyPath(testCluster, "")
+		clusterPrefix := karmada.ClusterProxyPath(proxytest.Cluster, "")
 		if narrowPodProxyPathForTest.MatchString(sentPath) && req.URL.Opaque == "" {
 			if len(out.requests) != 1 || out.requests[0].URL.EscapedPath() != clusterPrefix+sentPath {
 				t.Fatalf("%q: canonical pods/proxy request not rewritten: %d %s", target, rec.Code, rec.Body)

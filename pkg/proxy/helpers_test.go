@@ -1,129 +1,20 @@
 package proxy
 
 import (
-	"bufio"
-	"context"
 	"crypto/tls"
-	"encoding/json"
 	"encoding/pem"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberevents"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
-
-const testCluster = "member1"
-
-// stubResolver resolves every pod (and, as a ServiceResolver, every
-// Service) to cluster, or fails with err.
-type stubResolver struct {
-	cluster string
-	err     error
-	callLog
-}
-
-func (s *stubResolver) Resolve(_ context.Context, namespace, name string) (string, error) {
-	s.record(namespace + "/" + name)
-	return s.cluster, s.err
-}
-
-func (s *stubResolver) ResolveService(ctx context.Context, namespace, name string) (string, error) {
-	return s.Resolve(ctx, namespace, name)
-}
-
-// callLog records what a stub resolver was asked, as "namespace/name".
-type callLog struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-func (c *callLog) record(call string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls = append(c.calls, call)
-}
-
-func (c *callLog) called() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.calls...)
-}
-
-// recorded is what an upstream saw of one request.
-type recorded struct {
-	Method     string
-	RequestURI string
-	Path       string
-	RawPath    string
-	RawQuery   string
-	Host       string
-	Header     http.Header
-	Body       []byte
-	ProtoMajor int
-}
-
-// isAdmissionCheck reports whether r is passthrough mode's admission check
-// (Proxy.admittedByKarmada): a GET from the watch cache of the pod or
-// Service a rewritten route names.
-func isAdmissionCheck(r *http.Request) bool {
-	segs := strings.Split(r.URL.Path, "/")
-	segs = segs[max(0, len(segs)-6):] // below the upstream's base path
-	return r.Method == http.MethodGet && r.URL.RawQuery == "resourceVersion=0" && len(segs) == 6 &&
-		segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" && (segs[4] == "pods" || segs[4] == "services")
-}
-
-// admitting answers admission checks as karmada-apiserver answers them for
-// a caller it admits and hands every other request to next, so an upstream
-// fake sees only the requests its test is about. The checks themselves are
-// TestPassthroughAdmissionCheck's subject.
-func admitting(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isAdmissionCheck(r) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{}}`)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// recordingUpstream answers 200 "ok" and records every request but
-// admission checks, which it admits.
-type recordingUpstream struct {
-	mu   sync.Mutex
-	reqs []recorded
-}
-
-func (u *recordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	admitting(http.HandlerFunc(u.record)).ServeHTTP(w, r)
-}
-
-func (u *recordingUpstream) record(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	u.mu.Lock()
-	u.reqs = append(u.reqs, recorded{
-		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.RawPath,
-		RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(), Body: body, ProtoMajor: r.ProtoMajor,
-	})
-	u.mu.Unlock()
-	w.Header().Set("Content-Type", "text/plain")
-	_, _ = io.WriteString(w, "ok")
-}
-
-func (u *recordingUpstream) requests() []recorded {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]recorded(nil), u.reqs...)
-}
 
 // tlsUpstreamConfig is a rest.Config trusting srv's certificate.
 func tlsUpstreamConfig(srv *httptest.Server) *rest.Config {
@@ -138,7 +29,7 @@ func tlsUpstreamConfig(srv *httptest.Server) *rest.Config {
 func newTestProxy(t testing.TB, opts Options) *Proxy {
 	t.Helper()
 	if opts.Resolver == nil {
-		opts.Resolver = &stubResolver{cluster: testCluster}
+		opts.Resolver = &proxytest.Resolver{Cluster: proxytest.Cluster}
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
@@ -149,43 +40,6 @@ func newTestProxy(t testing.TB, opts Options) *Proxy {
 	}
 	t.Cleanup(p.upstream.closeIdleConnections)
 	return p
-}
-
-// rawRequest parses a request exactly as http.Server does, so the escaped
-// target reaches the proxy byte for byte.
-func rawRequest(t testing.TB, method, target string, header http.Header, body string) *http.Request {
-	t.Helper()
-	var b strings.Builder
-	b.WriteString(method + " " + target + " HTTP/1.1\r\nHost: gateway.test\r\n")
-	for k, vs := range header {
-		for _, v := range vs {
-			b.WriteString(k + ": " + v + "\r\n")
-		}
-	}
-	if body != "" {
-		b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
-	}
-	b.WriteString("\r\n" + body)
-	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(b.String())))
-	if err != nil {
-		t.Fatalf("ReadRequest %q: %v", target, err)
-	}
-	return req
-}
-
-func decodeStatus(t testing.TB, contentType string, body []byte) metav1.Status {
-	t.Helper()
-	if contentType != "application/json" {
-		t.Fatalf("Content-Type = %q, want application/json; body %s", contentType, body)
-	}
-	var st metav1.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		t.Fatalf("decode Status %s: %v", body, err)
-	}
-	if st.Kind != "Status" || st.APIVersion != "v1" || st.Status != metav1.StatusFailure {
-		t.Fatalf("not a failure Status: %s", body)
-	}
-	return st
 }
 
 // serverTLS is a TLS config for an upstream httptest server whose client
@@ -225,7 +79,7 @@ func insecureTestTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true
 type upstreamRecorder struct{ requests []*http.Request }
 
 func (u *upstreamRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !isAdmissionCheck(r) {
+	if !proxytest.IsAdmissionCheck(r) {
 		u.requests = append(u.requests, r)
 	}
 	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
@@ -237,4 +91,20 @@ func recordUpstream(p *Proxy) *upstreamRecorder {
 	p.upstream.caller, p.upstream.callerUpgrade = u, u
 	p.upstream.gateway, p.upstream.gatewayUpgrade = u, u
 	return u
+}
+
+// withMemberEvents sets opts.Events as cmd/gateway does with
+// --merge-member-events: a memberevents.Merger with the proxy's resolver
+// and metrics.
+func withMemberEvents(opts Options) Options {
+	if opts.Resolver == nil {
+		opts.Resolver = &proxytest.Resolver{Cluster: proxytest.Cluster}
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New(prometheus.NewRegistry())
+	}
+	opts.Events = func(gw *Proxy) (EventsMerger, error) {
+		return memberevents.New(memberevents.Options{Gateway: gw, Resolver: opts.Resolver, Metrics: opts.Metrics})
+	}
+	return opts
 }

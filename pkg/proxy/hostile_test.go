@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // TestHostilePaths adds to TestRouting the path tricks it does not cover:
@@ -27,7 +29,7 @@ import (
 // encoding, path parameters, and request-target forms.
 func TestHostilePaths(t *testing.T) {
 	proxied := func(ns, name, sub string) string {
-		return karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
+		return karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
 	}
 	tests := []struct {
 		name     string
@@ -71,14 +73,14 @@ func TestHostilePaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}})
 
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, "POST", tt.target, nil, ""))
-			reqs := up.requests()
+			p.ServeHTTP(rec, proxytest.RawRequest(t, "POST", tt.target, nil, ""))
+			reqs := up.Requests()
 			if rec.Code != tt.wantCode {
 				t.Fatalf("code = %d, want %d; body %.300s", rec.Code, tt.wantCode, rec.Body)
 			}
@@ -86,7 +88,7 @@ func TestHostilePaths(t *testing.T) {
 				if len(reqs) != 0 {
 					t.Fatalf("refused request reached the upstream: %.300s", reqs[0].RequestURI)
 				}
-				st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+				st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
 				if int(st.Code) != tt.wantCode {
 					t.Fatalf("Status code %d", st.Code)
 				}
@@ -110,18 +112,18 @@ func TestHostilePaths(t *testing.T) {
 type authorizeEnv struct {
 	proxy *Proxy
 	gw    *httptest.Server
-	up    *recordingUpstream
+	up    *proxytest.RecordingUpstream
 	echo  *echoUpgrader
-	authz *fakeAuthorizer
-	res   *stubResolver
-	svc   *stubResolver
+	authz *proxytest.Authorizer
+	res   *proxytest.Resolver
+	svc   *proxytest.Resolver
 }
 
-func newAuthorizeEnv(t *testing.T, authz *fakeAuthorizer) *authorizeEnv {
+func newAuthorizeEnv(t *testing.T, authz *proxytest.Authorizer) *authorizeEnv {
 	t.Helper()
 	env := &authorizeEnv{
-		up: &recordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz,
-		res: &stubResolver{cluster: testCluster}, svc: &stubResolver{cluster: testCluster},
+		up: &proxytest.RecordingUpstream{}, echo: newEchoUpgrader(t, "SPDY/3.1"), authz: authz,
+		res: &proxytest.Resolver{Cluster: proxytest.Cluster}, svc: &proxytest.Resolver{Cluster: proxytest.Cluster},
 	}
 	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "" {
@@ -163,14 +165,14 @@ func (env *authorizeEnv) dial(t *testing.T, cert *tls.Certificate) *rawClient {
 // sent is what the upstream received of the one request c made: for an
 // upgrade only the headers, once bytes went both ways through the tunnel;
 // otherwise the whole recorded request.
-func (env *authorizeEnv) sent(t *testing.T, c *rawClient, resp *http.Response, upgrade bool) recorded {
+func (env *authorizeEnv) sent(t *testing.T, c *rawClient, resp *http.Response, upgrade bool) proxytest.Recorded {
 	t.Helper()
 	if upgrade {
 		c.echo(t, "x")
-		return recorded{Header: env.echo.requestHeaders()[0]}
+		return proxytest.Recorded{Header: env.echo.requestHeaders()[0]}
 	}
 	_, _ = io.ReadAll(resp.Body)
-	reqs := env.up.requests()
+	reqs := env.up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -206,7 +208,7 @@ func assertGatewayIdentityOnly(t *testing.T, h http.Header) {
 }
 
 func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
-	caller := Caller{Name: "alice", Groups: []string{"dev", "system:authenticated"}}
+	caller := identity.Caller{Name: "alice", Groups: []string{"dev", "system:authenticated"}}
 	for _, sub := range podSubresources {
 		for _, upgrade := range []bool{false, true} {
 			name := sub
@@ -214,7 +216,7 @@ func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
 				name += " upgraded"
 			}
 			t.Run(name, func(t *testing.T) {
-				env := newAuthorizeEnv(t, &fakeAuthorizer{caller: caller})
+				env := newAuthorizeEnv(t, &proxytest.Authorizer{Caller: caller})
 				header := append([][2]string(nil), forgedIdentity...)
 				// Listing identity headers as hop-by-hop must not make the
 				// gateway drop its own credentials either.
@@ -239,7 +241,7 @@ func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
 					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
 				}
 				got := env.sent(t, c, resp, upgrade)
-				if !upgrade && got.Path != karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/"+sub) {
+				if !upgrade && got.Path != karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/p/"+sub) {
 					t.Errorf("path %q", got.Path)
 				}
 				assertGatewayIdentityOnly(t, got.Header)
@@ -253,7 +255,7 @@ func TestForgedIdentityHeadersOnRewrittenRoutes(t *testing.T) {
 // If a client could list Impersonate-User as hop-by-hop and have it removed
 // after the gateway set it, it would act as the gateway itself.
 func TestForgedConnectionCannotDropImpersonation(t *testing.T) {
-	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
+	env := newAuthorizeEnv(t, &proxytest.Authorizer{Caller: identity.Caller{Name: "alice", Groups: []string{"dev"}}})
 	cert := clientCertificate(t)
 	c := env.dial(t, &cert)
 	header := append([][2]string(nil), forgedIdentity[1:]...) // no bearer: the certificate is the credential
@@ -263,7 +265,7 @@ func TestForgedConnectionCannotDropImpersonation(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	reqs := env.up.requests()
+	reqs := env.up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -285,7 +287,7 @@ func TestForgedConnectionCannotDropImpersonation(t *testing.T) {
 // is about the pod in karmada-apiserver and the member cluster is the
 // Resolver's answer; nothing in the request can choose it.
 func TestClusterComesOnlyFromResolver(t *testing.T) {
-	env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice"}})
+	env := newAuthorizeEnv(t, &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}})
 	c := env.dial(t, nil)
 	resp := c.send(t, "POST",
 		"/api/v1/namespaces/ci/pods/p/exec?command=sh&cluster=member2&clusterName=member2&labelSelector=cluster.karmada.io%2Fname%3Dmember2",
@@ -302,27 +304,27 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	reqs := env.up.requests()
+	reqs := env.up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
-	if want := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/exec"); reqs[0].Path != want {
+	if want := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/p/exec"); reqs[0].Path != want {
 		t.Errorf("upstream path %q, want the resolver's cluster %q", reqs[0].Path, want)
 	}
-	if !reflect.DeepEqual(env.res.calls, []string{"ci/p"}) {
-		t.Errorf("resolver calls %q, want only ci/p", env.res.calls)
+	if !reflect.DeepEqual(env.res.Called(), []string{"ci/p"}) {
+		t.Errorf("resolver calls %q, want only ci/p", env.res.Called())
 	}
-	if want := []ResourceRequest{{Namespace: "ci", Verb: "create", Resource: "pods", Subresource: "exec", Name: "p"}}; !reflect.DeepEqual(env.authz.authorized, want) {
-		t.Errorf("authorized %+v, want the pod request %+v", env.authz.authorized, want)
+	if want := []identity.ResourceRequest{{Namespace: "ci", Verb: "create", Resource: "pods", Subresource: "exec", Name: "p"}}; !reflect.DeepEqual(env.authz.Authorized(), want) {
+		t.Errorf("authorized %+v, want the pod request %+v", env.authz.Authorized(), want)
 	}
 
 	// Denied: the resolver is never asked, so placement is not disclosed.
-	denied := newAuthorizeEnv(t, &fakeAuthorizer{deny: apierrors.NewForbidden(schema.GroupResource{Resource: "pods/exec"}, "p", errors.New("no"))})
+	denied := newAuthorizeEnv(t, &proxytest.Authorizer{Deny: apierrors.NewForbidden(schema.GroupResource{Resource: "pods/exec"}, "p", errors.New("no"))})
 	c = denied.dial(t, nil)
 	resp = c.send(t, "POST", "/api/v1/namespaces/ci/pods/p/exec", [][2]string{{"Authorization", "Bearer caller-token"}})
 	_, _ = io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusForbidden || len(denied.res.calls) != 0 || len(denied.up.requests()) != 0 {
-		t.Errorf("denied: status %d, resolver calls %q, upstream requests %d", resp.StatusCode, denied.res.calls, len(denied.up.requests()))
+	if resp.StatusCode != http.StatusForbidden || len(denied.res.Called()) != 0 || len(denied.up.Requests()) != 0 {
+		t.Errorf("denied: status %d, resolver calls %q, upstream requests %d", resp.StatusCode, denied.res.Called(), len(denied.up.Requests()))
 	}
 
 	// Calling the cluster proxy directly is a passthrough: it carries the
@@ -332,7 +334,7 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 	direct := karmada.ClusterProxyPath("member2", "/api/v1/namespaces/ci/pods/p/exec")
 	resp = c.send(t, "POST", direct, [][2]string{{"Authorization", "Bearer caller-token"}, {"Impersonate-User", "admin"}})
 	_, _ = io.ReadAll(resp.Body)
-	reqs = env.up.requests()
+	reqs = env.up.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -340,8 +342,8 @@ func TestClusterComesOnlyFromResolver(t *testing.T) {
 		t.Errorf("direct cluster proxy call went as %q with Authorization %q Impersonate-User %q; want the caller's own request unchanged",
 			got.Path, got.Header.Get("Authorization"), got.Header.Get("Impersonate-User"))
 	}
-	if len(env.authz.authorized) != 1 || len(env.res.calls) != 1 {
-		t.Errorf("direct cluster proxy call was authorized (%d) or resolved (%d) by the gateway", len(env.authz.authorized), len(env.res.calls))
+	if len(env.authz.Authorized()) != 1 || len(env.res.Called()) != 1 {
+		t.Errorf("direct cluster proxy call was authorized (%d) or resolved (%d) by the gateway", len(env.authz.Authorized()), len(env.res.Called()))
 	}
 }
 
@@ -386,9 +388,9 @@ func TestUpgradeOnNonStreamRoutes(t *testing.T) {
 
 // hostileServer runs the proxy in a real http.Server with small limits, as
 // cmd/gateway configures it, in front of a recording upstream.
-func hostileServer(t *testing.T) (*httptest.Server, *recordingUpstream) {
+func hostileServer(t *testing.T) (*httptest.Server, *proxytest.RecordingUpstream) {
 	t.Helper()
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
 	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: upstream.URL}})
@@ -462,7 +464,7 @@ func TestMalformedFramingIsRefusedBeforeTheProxy(t *testing.T) {
 			if !resp.Close {
 				t.Error("connection kept open after a framing error")
 			}
-			if n := len(up.requests()); n != 0 {
+			if n := len(up.Requests()); n != 0 {
 				t.Fatalf("%d requests reached the upstream", n)
 			}
 		})
@@ -487,7 +489,7 @@ func TestTransferEncodingOverridesContentLength(t *testing.T) {
 		t.Fatalf("second response: %v", err)
 	}
 	second.Body.Close()
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests, want 2", len(reqs))
 	}
@@ -548,7 +550,7 @@ func TestSlowlorisHeadersAreCut(t *testing.T) {
 	if n := <-trickled; n == 0 {
 		t.Error("the connection closed before the trickle started; the test proved nothing")
 	}
-	if n := len(up.requests()); n != 0 {
+	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("%d requests reached the upstream", n)
 	}
 }

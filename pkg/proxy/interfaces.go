@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"net/http"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
 // Resolver maps a pod template to the member cluster that runs it.
@@ -22,25 +24,6 @@ type ServiceResolver interface {
 	ResolveService(ctx context.Context, namespace, name string) (cluster string, err error)
 }
 
-// Caller is an authenticated identity, as authorize mode forwards it.
-type Caller struct {
-	Name   string
-	UID    string
-	Groups []string
-	Extra  map[string][]string
-}
-
-// ResourceRequest is a request on a Kubernetes resource that the gateway authorizes itself, in
-// kube-apiserver's RequestInfo terms, before sending it with its own identity.
-type ResourceRequest struct {
-	Namespace   string
-	Verb        string // get, list, watch, create, update, patch, delete
-	Group       string // "" for core
-	Resource    string // pods, services, events, ...
-	Subresource string
-	Name        string
-}
-
 // PodRequest is a parsed request for a pod subresource the gateway rewrites.
 type PodRequest struct {
 	Namespace   string
@@ -54,12 +37,12 @@ type PodRequest struct {
 // portforward, the WebSocket form, also create, which kube-apiserver 1.35+
 // requires (AuthorizePodWebsocketUpgradeCreatePermission) so that a get
 // grant cannot open a shell. Every one must be allowed.
-func (r PodRequest) ResourceRequests(method string) []ResourceRequest {
-	req := ResourceRequest{
+func (r PodRequest) ResourceRequests(method string) []identity.ResourceRequest {
+	req := identity.ResourceRequest{
 		Namespace: r.Namespace, Verb: proxyVerbs[method], Resource: podsResource.Resource,
 		Subresource: r.Subresource, Name: r.Name,
 	}
-	out := []ResourceRequest{req}
+	out := []identity.ResourceRequest{req}
 	if method == http.MethodGet && r.Subresource != "log" {
 		req.Verb = "create"
 		out = append(out, req)
@@ -75,9 +58,9 @@ type Authorizer interface {
 	// SubjectAccessReview that the effective user may perform rr. Errors
 	// implementing apierrors.APIStatus (400, 401, 403, 503) are written to
 	// the client as is.
-	AuthorizeResource(ctx context.Context, r *http.Request, rr ResourceRequest) (Caller, error)
+	AuthorizeResource(ctx context.Context, r *http.Request, rr identity.ResourceRequest) (identity.Caller, error)
 	// Authenticate authenticates the caller of r without authorizing
 	// anything; passthrough routes in authorize mode use it for callers who
 	// presented a client certificate, which cannot be forwarded upstream.
-	Authenticate(ctx context.Context, r *http.Request) (Caller, error)
+	Authenticate(ctx context.Context, r *http.Request) (identity.Caller, error)
 }

@@ -11,8 +11,11 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -80,13 +83,13 @@ func (l *streamLimiter) tooMany(scope string) error {
 // remote IP. An unverified certificate counts as anonymous, or a client
 // could mint a fresh subject per stream.
 func clientIdentity(r *http.Request, certVerified bool) string {
-	if token, ok := bearerTokenOf(r.Header); ok {
+	if token, ok := identity.BearerToken(r.Header); ok {
 		return hashedToken(token)
 	}
-	if token, ok := webSocketBearerToken(r.Header); ok {
+	if token, ok := identity.WebSocketBearerEntry(r.Header); ok {
 		return hashedToken(token)
 	}
-	if certVerified && hasClientCertificate(r) {
+	if certVerified && identity.HasClientCertificate(r) {
 		return "x509:" + r.TLS.PeerCertificates[0].Subject.String()
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -99,31 +102,6 @@ func clientIdentity(r *http.Request, certVerified bool) string {
 func hashedToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return "token:" + hex.EncodeToString(sum[:])
-}
-
-// bearerTokenOf parses Authorization as kube-apiserver's bearer token
-// authenticator does: the first value, scheme case-insensitive, an empty
-// token is no token.
-func bearerTokenOf(h http.Header) (string, bool) {
-	parts := strings.SplitN(strings.TrimSpace(h.Get("Authorization")), " ", 3)
-	if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
-		return "", false
-	}
-	return parts[1], true
-}
-
-// webSocketBearerToken returns the token of a
-// base64url.bearer.authorization.k8s.io.<token> subprotocol, still encoded:
-// the key only has to be stable per token.
-func webSocketBearerToken(h http.Header) (string, bool) {
-	for _, v := range h.Values("Sec-Websocket-Protocol") {
-		for _, p := range strings.Split(v, ",") {
-			if token, ok := strings.CutPrefix(strings.TrimSpace(p), websocketBearerPrefix); ok && token != "" {
-				return token, true
-			}
-		}
-	}
-	return "", false
 }
 
 // holdStream takes a stream slot for r if isStreamRequest said it is a
@@ -144,7 +122,7 @@ func (p *Proxy) holdStream(w http.ResponseWriter, r *http.Request, state *reques
 	p.metrics.StreamLimitRejectionsTotal.WithLabelValues(limitedBy).Inc()
 	klog.FromContext(r.Context()).V(2).Info("Stream limit reached", "scope", limitedBy, "route", state.route)
 	refuseUpgrade(w, r)
-	writeStatus(w, p.limiter.tooMany(limitedBy))
+	apiresponse.WriteStatus(w, p.limiter.tooMany(limitedBy))
 	return false
 }
 
@@ -176,7 +154,8 @@ func isStreamRequest(r *http.Request) bool {
 	if r.URL.RawQuery != "" {
 		q, _ := url.ParseQuery(r.URL.RawQuery) // kube-apiserver also keeps the pairs that parse
 		for _, key := range []string{"watch", "follow"} {
-			if v, ok := q[key]; ok && len(v) > 0 && queryTrue(v[0]) {
+			var on bool // kube-apiserver's bool conversion: anything but 0 and false
+			if v, ok := q[key]; ok && runtime.Convert_Slice_string_To_bool(&v, &on, nil) == nil && on {
 				return true
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 func TestStreamLimiter(t *testing.T) {
@@ -128,7 +129,7 @@ func TestClientIdentity(t *testing.T) {
 func TestNewRejectsNegativeStreamLimits(t *testing.T) {
 	for _, opts := range []Options{{MaxStreams: -1}, {MaxStreamsPerClient: -1}} {
 		opts.Upstream = &rest.Config{Host: "http://127.0.0.1:1"}
-		opts.Resolver = &stubResolver{cluster: testCluster}
+		opts.Resolver = &proxytest.Resolver{Cluster: proxytest.Cluster}
 		if _, err := New(opts); err == nil {
 			t.Errorf("New(%+v) accepted a negative limit", opts)
 		}
@@ -172,7 +173,7 @@ func TestStreamLimitsEndToEnd(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("status %d %s, want 429", resp.StatusCode, body)
 		}
-		st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+		st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 		if st.Reason != metav1.StatusReasonTooManyRequests || st.Code != 429 || st.Details == nil || st.Details.RetryAfterSeconds != 1 {
 			t.Errorf("Status %+v", st)
 		}
@@ -291,7 +292,7 @@ func TestStreamLimitCountsWatches(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("second stream of the same client: %d %s", resp.StatusCode, body)
 	}
-	decodeStatus(t, resp.Header.Get("Content-Type"), body)
+	proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 	if got := counterValue(t, m, "client"); got != 1 {
 		t.Errorf("rejections{client} = %v", got)
 	}
@@ -349,7 +350,7 @@ func TestIsStreamRequest(t *testing.T) {
 			if h == nil {
 				h = http.Header{}
 			}
-			if got := isStreamRequest(rawRequest(t, http.MethodGet, tt.target, h, "")); got != tt.want {
+			if got := isStreamRequest(proxytest.RawRequest(t, http.MethodGet, tt.target, h, "")); got != tt.want {
 				t.Errorf("isStreamRequest(%s) = %v, want %v", tt.target, got, tt.want)
 			}
 		})
@@ -380,16 +381,16 @@ func TestStreamLimitEveryRoute(t *testing.T) {
 		{"services proxy", "GET", "/api/v1/namespaces/ci/services/web/proxy/stream", nil},
 		{"services proxy upgrade", "GET", "/api/v1/namespaces/ci/services/web/proxy/ws", websocketRequest},
 		{"follow on a plain path", "GET", "/apis/example.io/v1/namespaces/ci/things/t/tail?follow=true", nil},
-		{"merged events watch", "GET", eventsTarget("involvedObject.name=build", "&watch=true"), nil},
+		{"merged events watch", "GET", proxytest.EventsTarget("involvedObject.name=build", "&watch=true"), nil},
 	}
 	for _, rt := range routes {
 		t.Run(rt.name, func(t *testing.T) {
 			up := newHoldingUpstream(t)
 			m := metrics.New(prometheus.NewRegistry())
-			p := newTestProxy(t, Options{
+			p := newTestProxy(t, withMemberEvents(Options{
 				Upstream: tlsUpstreamConfig(up.srv), Metrics: m, MaxStreamsPerClient: perClient,
-				ServiceResolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true,
-			})
+				ServiceResolver: &proxytest.Resolver{Cluster: proxytest.Cluster},
+			}))
 			gw := httptest.NewTLSServer(p)
 			t.Cleanup(gw.Close)
 			header := append([][2]string{{"Authorization", "Bearer one-token"}}, rt.header...)
@@ -411,7 +412,7 @@ func TestStreamLimitEveryRoute(t *testing.T) {
 			if resp.StatusCode != http.StatusTooManyRequests {
 				t.Fatalf("stream %d of %d allowed: %d %s", perClient+1, perClient, resp.StatusCode, body)
 			}
-			if st := decodeStatus(t, resp.Header.Get("Content-Type"), body); st.Reason != metav1.StatusReasonTooManyRequests {
+			if st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body); st.Reason != metav1.StatusReasonTooManyRequests {
 				t.Errorf("Status %+v", st)
 			}
 			// The gateway answered, so whatever it sent for the request was sent.
@@ -460,13 +461,13 @@ func (u *holdingUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.attempts[r.Header.Get("X-Attempt")] = true
 	u.mu.Unlock()
-	if isAdmissionCheck(r) {
-		admitting(nil).ServeHTTP(w, r)
+	if proxytest.IsAdmissionCheck(r) {
+		proxytest.Admitting(nil).ServeHTTP(w, r)
 		return
 	}
 	memberEvents := strings.HasPrefix(r.URL.Path, "/apis/cluster.karmada.io/") && strings.HasSuffix(r.URL.Path, "/events")
 	if r.URL.Path == "/api/v1/namespaces/ci/pods/build" || (strings.HasSuffix(r.URL.Path, "/events") && r.URL.Query().Get("watch") == "") {
-		writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}})
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}})
 		return
 	}
 	if r.Header.Get("Upgrade") != "" {

@@ -4,11 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
-	"strconv"
-	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -26,7 +22,7 @@ const upgradeLinger = 10 * time.Second
 // and Hijacker itself and unwraps for http.ResponseController.
 type responseWriter struct {
 	http.ResponseWriter
-	metrics *requestSeries
+	metrics *metrics.RequestSeries
 	state   *requestState
 	start   time.Time
 
@@ -36,7 +32,7 @@ type responseWriter struct {
 	streamOpen  bool
 }
 
-func newResponseWriter(w http.ResponseWriter, m *requestSeries, state *requestState) *responseWriter {
+func newResponseWriter(w http.ResponseWriter, m *metrics.RequestSeries, state *requestState) *responseWriter {
 	return &responseWriter{ResponseWriter: w, metrics: m, state: state, start: time.Now()}
 }
 
@@ -80,47 +76,13 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 func (w *responseWriter) recordHeader(code int) {
 	w.wroteHeader = true
 	route := w.state.route
-	w.metrics.requests(route, code).Inc()
-	w.metrics.duration(route).Observe(time.Since(w.start).Seconds())
+	w.metrics.Requests(route, code).Inc()
+	w.metrics.Duration(route).Observe(time.Since(w.start).Seconds())
 	if code == http.StatusSwitchingProtocols || (w.state.stream && code >= 200 && code < 300) {
 		w.streamOpen = true
 		w.streamStart = time.Now()
 		w.metrics.ActiveStreams.WithLabelValues(route).Inc()
 	}
-}
-
-// requestSeries are the per-request metrics' children, looked up once per
-// label values: WithLabelValues validates and hashes its label values (and
-// the code needed formatting) on every request. Children are created on
-// first use, as before, so no series is exported before its first sample.
-type requestSeries struct {
-	*metrics.Metrics
-	counters  sync.Map // requestKey -> prometheus.Counter
-	durations sync.Map // route -> prometheus.Observer
-}
-
-type requestKey struct {
-	route string
-	code  int
-}
-
-func newRequestSeries(m *metrics.Metrics) *requestSeries { return &requestSeries{Metrics: m} }
-
-func (s *requestSeries) requests(route string, code int) prometheus.Counter {
-	key := requestKey{route, code}
-	if c, ok := s.counters.Load(key); ok {
-		return c.(prometheus.Counter)
-	}
-	c, _ := s.counters.LoadOrStore(key, s.RequestsTotal.WithLabelValues(route, strconv.Itoa(code)))
-	return c.(prometheus.Counter)
-}
-
-func (s *requestSeries) duration(route string) prometheus.Observer {
-	if o, ok := s.durations.Load(route); ok {
-		return o.(prometheus.Observer)
-	}
-	o, _ := s.durations.LoadOrStore(route, s.RequestDuration.WithLabelValues(route))
-	return o.(prometheus.Observer)
 }
 
 // finish runs when the request ends, also while a panic (ErrAbortHandler)

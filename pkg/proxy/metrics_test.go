@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 func TestMetrics(t *testing.T) {
@@ -28,7 +29,7 @@ func TestMetrics(t *testing.T) {
 	})
 	p, gw := newUpgradeEnv(t, mux, nil)
 	m := metrics.New(prometheus.NewRegistry())
-	p.metrics, p.series = m, newRequestSeries(m)
+	p.metrics, p.series = m, metrics.NewRequestSeries(m)
 
 	c := dialGateway(t, gw)
 	if resp := c.send(t, "GET", "/api/v1/namespaces/ci/pods/p/exec", websocketRequest); resp.StatusCode != 101 {
@@ -92,10 +93,10 @@ func TestRefusedRequestsHaveTheirOwnRoute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.New(prometheus.NewRegistry())
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, Metrics: m, ServiceResolver: &stubResolver{cluster: testCluster}})
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, Metrics: m, ServiceResolver: &proxytest.Resolver{Cluster: proxytest.Cluster}})
 			out := recordUpstream(p)
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, nil, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tt.method, tt.target, nil, ""))
 			if rec.Code != tt.wantCode || len(out.requests) != 0 {
 				t.Fatalf("code %d, %d upstream requests; want %d and none", rec.Code, len(out.requests), tt.wantCode)
 			}

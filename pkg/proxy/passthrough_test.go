@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 func TestPassthroughWatchIsFlushedPerEvent(t *testing.T) {
@@ -66,7 +68,7 @@ func TestPassthroughWatchIsFlushedPerEvent(t *testing.T) {
 }
 
 func TestPassthroughIsByteForByte(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewTLSServer(up)
 	defer upstream.Close()
 	cfg := tlsUpstreamConfig(upstream)
@@ -89,11 +91,11 @@ func TestPassthroughIsByteForByte(t *testing.T) {
 	}
 	target := "/api/v1/namespaces/ci/pods/p?fieldManager=kubectl&force=true&fieldValidation=Strict"
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, "PATCH", target, header, body))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, "PATCH", target, header, body))
 	if rec.Code != 200 {
 		t.Fatalf("code %d: %s", rec.Code, rec.Body)
 	}
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d upstream requests", len(reqs))
 	}
@@ -120,8 +122,8 @@ func TestPassthroughIsByteForByte(t *testing.T) {
 
 	// Without client forwarding headers, none are added.
 	rec = httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, "GET", "/apis", http.Header{"Accept": {"application/json"}}, ""))
-	reqs = up.requests()
+	p.ServeHTTP(rec, proxytest.RawRequest(t, "GET", "/apis", http.Header{"Accept": {"application/json"}}, ""))
+	reqs = up.Requests()
 	if last := reqs[len(reqs)-1]; last.RequestURI != "/apis" || len(last.Header.Values("X-Forwarded-For")) != 0 ||
 		last.Header.Get("Forwarded") != "" || last.Header.Get("X-Forwarded-Host") != "" || last.Header.Get("Authorization") != "" {
 		t.Errorf("discovery request changed: %+v", last)
@@ -131,7 +133,7 @@ func TestPassthroughIsByteForByte(t *testing.T) {
 // TestCutStreamAborts: an upstream that dies in the middle of a
 // chunked body must not look like a clean end to the client.
 func TestCutStreamAborts(t *testing.T) {
-	upstream := httptest.NewServer(admitting(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	upstream := httptest.NewServer(proxytest.Admitting(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "first line\n")
 		w.(http.Flusher).Flush()

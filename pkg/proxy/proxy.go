@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -51,13 +53,11 @@ type Options struct {
 	// cluster (in authorize mode after authorizing the original request, as
 	// pod subresources are). Nil passes services/proxy through unchanged.
 	ServiceResolver ServiceResolver
-	// MergeMemberEvents makes core/v1 events lists and watches scoped to one
-	// pod (fieldSelector involvedObject.name=<pod>) include the member
-	// cluster's events for it, rewritten to the template's UID (events.go,
-	// eventswatch.go; in authorize mode the member's are read with the
-	// gateway's identity once the Authorizer allows the caller to list or
-	// watch events in the namespace). False passes them through unchanged.
-	MergeMemberEvents bool
+	// Events, when set, builds the EventsMerger that answers the events
+	// requests it claims, given the Proxy it calls back into
+	// (pkg/memberevents merges member clusters' events into pod-scoped
+	// lists and watches). Nil passes every events request through.
+	Events func(*Proxy) (EventsMerger, error)
 	// AuthMode defaults to AuthPassthrough.
 	AuthMode AuthMode
 	// Authorizer is required in authorize mode.
@@ -83,13 +83,11 @@ type Proxy struct {
 	authMode   AuthMode
 	authorizer Authorizer
 	metrics    *metrics.Metrics
-	series     *requestSeries
+	series     *metrics.RequestSeries
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
-	// eventCursors lets merged event watches resume exactly (eventswatch.go).
-	eventCursors     *eventCursors
-	eventWatchTiming eventWatchTiming
+	events     EventsMerger
 
 	// drainCtx parents every request's context; cancelling it cuts them all.
 	drainCtx    context.Context
@@ -129,17 +127,15 @@ func New(opts Options) (*Proxy, error) {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
 	}
 	p := &Proxy{
-		upstream:         up,
-		resolver:         opts.Resolver,
-		services:         opts.ServiceResolver,
-		authMode:         opts.AuthMode,
-		authorizer:       opts.Authorizer,
-		metrics:          opts.Metrics,
-		series:           newRequestSeries(opts.Metrics),
-		limiter:          newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
-		eventCursors:     newEventCursors(),
-		eventWatchTiming: defaultEventWatchTiming,
-		idle:             make(chan struct{}),
+		upstream:   up,
+		resolver:   opts.Resolver,
+		services:   opts.ServiceResolver,
+		authMode:   opts.AuthMode,
+		authorizer: opts.Authorizer,
+		metrics:    opts.Metrics,
+		series:     metrics.NewRequestSeries(opts.Metrics),
+		limiter:    newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
+		idle:       make(chan struct{}),
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
@@ -160,9 +156,12 @@ func New(opts Options) (*Proxy, error) {
 	if p.services != nil {
 		services = p.serveServiceProxy
 	}
-	var events http.HandlerFunc
-	if opts.MergeMemberEvents {
-		events = p.serveEvents
+	var events func(http.Handler) http.Handler
+	if opts.Events != nil {
+		if p.events, err = opts.Events(p); err != nil {
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		events = routeClaimed(p.events.Claims, p.serveEvents)
 	}
 	p.router = newRouter(p.serveRewrite, p.servePassthrough, p.servePodProxy, services, events)
 	return p, nil
@@ -187,6 +186,9 @@ type requestState struct {
 	// certVerified is set once the Authorizer accepted the client
 	// certificate as the request's credential.
 	certVerified bool
+	// caller is the identity passthrough sends the request with, for the
+	// EventsMerger's reads (serveEvents).
+	caller upstreamIdentity
 }
 
 type stateKey struct{}
@@ -210,7 +212,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if !p.enter() {
 		rw.Header().Set("Connection", "close")
-		writeStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
+		apiresponse.WriteStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
 		return
 	}
 	defer p.leave()
@@ -259,7 +261,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 			// authorized create as it does, answer its 405 here rather
 			// than let the member refuse the gateway's identity.
 			w.Header().Set("Allow", http.MethodGet)
-			writeStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/log"}, r.Method))
+			apiresponse.WriteStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/log"}, r.Method))
 			return
 		}
 	} else if !p.admittedByKarmada(w, r, podsResource.Resource, pr.Namespace, pr.Name) {
@@ -269,7 +271,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
 	if err != nil {
 		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return
 	}
 	path := "/api/v1/namespaces/" + pr.Namespace + "/pods/" + pr.Name + "/" + pr.Subresource
@@ -284,17 +286,17 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // and, if so, has the request sent with the gateway's identity and without
 // any identity header of the client's. Otherwise it writes the Status and
 // returns false.
-func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
+func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
 	if err != nil {
 		logger.V(2).Info("Request not authorized", "err", err)
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return logger, false
 	}
 	state := stateFrom(r.Context())
-	state.certVerified = !hasBearerToken(r) && hasClientCertificate(r)
+	state.certVerified = !identity.HasBearerToken(r) && identity.HasClientCertificate(r)
 	state.gatewayIdentity = true
-	state.editHeader = StripIdentityHeaders
+	state.editHeader = identity.StripHeaders
 	return logger.WithValues("user", caller.Name), true
 }
 
@@ -305,7 +307,7 @@ func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr Re
 func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logger, cluster, object, prefix, rest, restPath string) bool {
 	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
 		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
-		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for %s", cluster, object)))
+		apiresponse.WriteStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for %s", cluster, object)))
 		return false
 	}
 	base := karmada.ClusterProxyPath(cluster, prefix)
@@ -344,7 +346,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 	if err != nil {
 		klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", err)
 		refuseUpgrade(w, r)
-		writeStatus(w, apierrors.NewUnauthorized("Unauthorized")) // kube-apiserver's answer to it
+		apiresponse.WriteStatus(w, apierrors.NewUnauthorized("Unauthorized")) // kube-apiserver's answer to it
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
@@ -364,7 +366,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 	}
 	klog.FromContext(r.Context()).V(2).Info("karmada-apiserver refused the caller", "resource", resource, "namespace", namespace, "name", name, "code", res.StatusCode)
 	refuseUpgrade(w, r)
-	relayResponse(w, res, body)
+	apiresponse.Relay(w, res, body)
 	return false
 }
 
@@ -375,8 +377,8 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 // kube-apiserver answers 401 to); no WebSocket header goes at all.
 func admissionCheckHeader(orig http.Header) (func(http.Header), error) {
 	var authorization string
-	if _, ok := bearerTokenOf(orig); !ok {
-		token, ok, err := WebSocketBearerToken(orig)
+	if _, ok := identity.BearerToken(orig); !ok {
+		token, ok, err := identity.WebSocketBearerToken(orig)
 		if err != nil {
 			return nil, fmt.Errorf("admission check: %w", err)
 		}
@@ -415,7 +417,7 @@ func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := p.passthroughIdentity(ctx, r)
 	if err != nil {
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return
 	}
 	p.forwardAs(w, r, id)
@@ -434,7 +436,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	state := stateFrom(r.Context())
 	up := upgradeType(r.Header)
 	if up != "" && !isPrintableASCII(up) {
-		writeStatus(w, apierrors.NewBadRequest("invalid Upgrade header"))
+		apiresponse.WriteStatus(w, apierrors.NewBadRequest("invalid Upgrade header"))
 		return
 	}
 	if !p.holdStream(w, r, state) {
@@ -528,19 +530,19 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, errUpgradeMismatch):
 		logger.Info("Refusing upstream protocol switch", "err", err)
-		writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+		apiresponse.WriteStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
 			Message: fmt.Sprintf("error upgrading the connection through %s: %v", state.upstreamName, err),
 		}})
 	case ctx.Err() != nil && p.drainCtx.Err() != nil:
-		writeStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
+		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
 	case ctx.Err() != nil:
 		// The client went away; there is nobody to answer.
 		logger.V(4).Info("Client cancelled the request", "err", err)
 		state.clientGone = true
 	default:
 		logger.Error(err, "Upstream unreachable")
-		writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("error trying to reach %s: %v", state.upstreamName, err)))
+		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("error trying to reach %s: %v", state.upstreamName, err)))
 	}
 }
 
@@ -629,4 +631,8 @@ type klogWriter struct{}
 func (klogWriter) Write(b []byte) (int, error) {
 	klog.Background().V(2).Info("Reverse proxy", "msg", strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -216,7 +218,7 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 		rr, ok := pr.ResourceRequest(r.Method)
 		if !ok {
 			w.Header().Set("Allow", proxyAllow)
-			writeStatus(w, proxyMethodNotAllowed(pr, r.Method))
+			apiresponse.WriteStatus(w, proxyMethodNotAllowed(pr, r.Method))
 			return
 		}
 		if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
@@ -228,7 +230,7 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 	cluster, err := resolve(ctx, pr.Namespace, pr.Name)
 	if err != nil {
 		logger.V(2).Info("Not resolved to a member cluster", "err", err)
-		writeStatus(w, err)
+		apiresponse.WriteStatus(w, err)
 		return
 	}
 	prefix := "/api/v1/namespaces/" + pr.Namespace + "/" + pr.Resource + "/" + pr.Segment + "/proxy"
@@ -264,12 +266,12 @@ const proxyAllow = "GET, HEAD, POST, PUT, PATCH, DELETE"
 // Unlike pods/exec, a WebSocket GET stays get: kube-apiserver's extra
 // create check on upgrades covers exec, attach and portforward only.
 // It reports false for a method with no RBAC verb.
-func (pr ProxyRequest) ResourceRequest(method string) (ResourceRequest, bool) {
+func (pr ProxyRequest) ResourceRequest(method string) (identity.ResourceRequest, bool) {
 	verb, ok := proxyVerbs[method]
 	if !ok {
-		return ResourceRequest{}, false
+		return identity.ResourceRequest{}, false
 	}
-	return ResourceRequest{
+	return identity.ResourceRequest{
 		Namespace: pr.Namespace, Verb: verb, Resource: pr.Resource,
 		Subresource: "proxy", Name: pr.Segment,
 	}, true

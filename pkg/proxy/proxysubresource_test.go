@@ -12,12 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 func TestServiceProxyRouting(t *testing.T) {
 	svc := func(seg, rest string) string {
-		return karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/services/"+seg+"/proxy") + rest
+		return karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/services/"+seg+"/proxy") + rest
 	}
 	tests := []struct {
 		name, method, target string
@@ -67,19 +69,19 @@ func TestServiceProxyRouting(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			sres := &stubResolver{cluster: testCluster}
+			sres := &proxytest.Resolver{Cluster: proxytest.Cluster}
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: sres})
 
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, nil, ""))
-			reqs := up.requests()
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tt.method, tt.target, nil, ""))
+			reqs := up.Requests()
 			if rec.Code != tt.wantCode {
 				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
 			}
-			calls := sres.called()
+			calls := sres.Called()
 			if tt.wantService == "" && len(calls) != 0 || tt.wantService != "" && (len(calls) != 1 || calls[0] != tt.wantService) {
 				t.Errorf("resolver calls %q, want %q", calls, tt.wantService)
 			}
@@ -87,7 +89,7 @@ func TestServiceProxyRouting(t *testing.T) {
 				if len(reqs) != 0 {
 					t.Fatalf("rejected request reached the upstream: %+v", reqs)
 				}
-				if st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); int(st.Code) != tt.wantCode {
+				if st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); int(st.Code) != tt.wantCode {
 					t.Fatalf("Status code = %d, want %d", st.Code, tt.wantCode)
 				}
 				return
@@ -106,7 +108,7 @@ func TestServiceProxyRouting(t *testing.T) {
 }
 
 func TestServiceProxyResolverErrorIsTheStatus(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
 	for _, tc := range []struct {
@@ -117,28 +119,28 @@ func TestServiceProxyResolverErrorIsTheStatus(t *testing.T) {
 		{apierrors.NewConflict(servicesResource, "web", nil), 409},
 		{apierrors.NewServiceUnavailable("cluster member1 is not ready"), 503},
 	} {
-		p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubResolver{err: tc.err}})
+		p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &proxytest.Resolver{Err: tc.err}})
 		rec := httptest.NewRecorder()
-		p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
-		st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+		p.ServeHTTP(rec, proxytest.RawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
+		st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
 		if rec.Code != tc.code || int(st.Code) != tc.code {
 			t.Errorf("%v: code %d, Status %d, want %d", tc.err, rec.Code, st.Code, tc.code)
 		}
 	}
-	if n := len(up.requests()); n != 0 {
+	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("%d requests reached the upstream", n)
 	}
 }
 
 func TestServiceProxyInvalidClusterNameIsRefused(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &stubResolver{cluster: "a/b"}})
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, ServiceResolver: &proxytest.Resolver{Cluster: "a/b"}})
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
-	if rec.Code != http.StatusInternalServerError || len(up.requests()) != 0 {
-		t.Fatalf("code %d, %d upstream requests", rec.Code, len(up.requests()))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, "GET", "/api/v1/namespaces/ci/services/web/proxy/", nil, ""))
+	if rec.Code != http.StatusInternalServerError || len(up.Requests()) != 0 {
+		t.Fatalf("code %d, %d upstream requests", rec.Code, len(up.Requests()))
 	}
 }
 
@@ -150,8 +152,8 @@ var proxyRoutes = []struct {
 	// calls returns the resolver calls of the route's resource.
 	calls func(env *authorizeEnv) []string
 }{
-	{"services", func(env *authorizeEnv) []string { return env.svc.called() }},
-	{"pods", func(env *authorizeEnv) []string { return env.res.called() }},
+	{"services", func(env *authorizeEnv) []string { return env.svc.Called() }},
+	{"pods", func(env *authorizeEnv) []string { return env.res.Called() }},
 }
 
 // TestProxySubresourceAuthorizeMode: pods/proxy and services/proxy are
@@ -175,14 +177,14 @@ func TestProxySubresourceAuthorizeMode(t *testing.T) {
 	}
 	for _, route := range proxyRoutes {
 		target := "/api/v1/namespaces/ci/" + route.resource + "/https:web:443/proxy/a%2Fb?x=1"
-		wantURI := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/"+route.resource+"/https:web:443/proxy") + "/a%2Fb?x=1"
+		wantURI := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/"+route.resource+"/https:web:443/proxy") + "/a%2Fb?x=1"
 		for _, tt := range tests {
 			name := route.resource + " " + tt.method
 			if tt.upgrade {
 				name += " upgraded"
 			}
 			t.Run(name, func(t *testing.T) {
-				env := newAuthorizeEnv(t, &fakeAuthorizer{caller: Caller{Name: "alice", Groups: []string{"dev"}}})
+				env := newAuthorizeEnv(t, &proxytest.Authorizer{Caller: identity.Caller{Name: "alice", Groups: []string{"dev"}}})
 				header := append([][2]string(nil), forgedIdentity...)
 				want := http.StatusOK
 				if tt.upgrade {
@@ -195,9 +197,9 @@ func TestProxySubresourceAuthorizeMode(t *testing.T) {
 					body, _ := io.ReadAll(resp.Body)
 					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, want)
 				}
-				wantRR := []ResourceRequest{{Namespace: "ci", Verb: tt.verb, Resource: route.resource, Subresource: "proxy", Name: "https:web:443"}}
-				if !reflect.DeepEqual(env.authz.authorized, wantRR) {
-					t.Errorf("authorized %+v, want %+v", env.authz.authorized, wantRR)
+				wantRR := []identity.ResourceRequest{{Namespace: "ci", Verb: tt.verb, Resource: route.resource, Subresource: "proxy", Name: "https:web:443"}}
+				if !reflect.DeepEqual(env.authz.Authorized(), wantRR) {
+					t.Errorf("authorized %+v, want %+v", env.authz.Authorized(), wantRR)
 				}
 				if calls := route.calls(env); !reflect.DeepEqual(calls, []string{"ci/web"}) {
 					t.Errorf("resolver calls %q, want ci/web", calls)
@@ -225,18 +227,18 @@ func TestProxySubresourceAuthorizeModeRefusals(t *testing.T) {
 		}
 		tests := []struct {
 			name, method   string
-			authz          *fakeAuthorizer
+			authz          *proxytest.Authorizer
 			wantCode       int
 			wantMsg        string
 			wantAuthorized int
 		}{
-			{name: "denied", method: "GET", authz: &fakeAuthorizer{deny: forbidden},
+			{name: "denied", method: "GET", authz: &proxytest.Authorizer{Deny: forbidden},
 				wantCode: http.StatusForbidden, wantMsg: forbidden.Error(), wantAuthorized: 1},
-			{name: "unauthenticated", method: "POST", authz: &fakeAuthorizer{deny: apierrors.NewUnauthorized("Unauthorized")},
+			{name: "unauthenticated", method: "POST", authz: &proxytest.Authorizer{Deny: apierrors.NewUnauthorized("Unauthorized")},
 				wantCode: http.StatusUnauthorized, wantMsg: "Unauthorized", wantAuthorized: 1},
-			{name: "OPTIONS has no RBAC verb", method: "OPTIONS", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+			{name: "OPTIONS has no RBAC verb", method: "OPTIONS", authz: &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}},
 				wantCode: http.StatusMethodNotAllowed, wantMsg: notAllowed("OPTIONS")},
-			{name: "unknown method", method: "PROPFIND", authz: &fakeAuthorizer{caller: Caller{Name: "alice"}},
+			{name: "unknown method", method: "PROPFIND", authz: &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}},
 				wantCode: http.StatusMethodNotAllowed, wantMsg: notAllowed("PROPFIND")},
 		}
 		for _, tt := range tests {
@@ -248,19 +250,19 @@ func TestProxySubresourceAuthorizeModeRefusals(t *testing.T) {
 				if resp.StatusCode != tt.wantCode {
 					t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.wantCode)
 				}
-				if st := decodeStatus(t, resp.Header.Get("Content-Type"), body); int(st.Code) != tt.wantCode || st.Message != tt.wantMsg {
+				if st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body); int(st.Code) != tt.wantCode || st.Message != tt.wantMsg {
 					t.Errorf("Status %d %q, want %d %q", st.Code, st.Message, tt.wantCode, tt.wantMsg)
 				}
 				if tt.wantCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != proxyAllow {
 					t.Errorf("Allow %q, want %q", resp.Header.Get("Allow"), proxyAllow)
 				}
-				if n := len(env.authz.authorized); n != tt.wantAuthorized {
+				if n := len(env.authz.Authorized()); n != tt.wantAuthorized {
 					t.Errorf("Authorizer asked %d times, want %d", n, tt.wantAuthorized)
 				}
 				if calls := route.calls(env); len(calls) != 0 {
 					t.Errorf("refused request was resolved: %q", calls)
 				}
-				if n := len(env.up.requests()); n != 0 {
+				if n := len(env.up.Requests()); n != 0 {
 					t.Errorf("refused request reached the upstream %d times", n)
 				}
 			})
@@ -282,7 +284,7 @@ func TestProxySubresourceWebSocketUpgrade(t *testing.T) {
 			upstream.EnableHTTP2 = true
 			upstream.StartTLS()
 			t.Cleanup(upstream.Close)
-			p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), ServiceResolver: &stubResolver{cluster: testCluster}})
+			p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), ServiceResolver: &proxytest.Resolver{Cluster: proxytest.Cluster}})
 			gw := httptest.NewUnstartedServer(p)
 			gw.StartTLS()
 			t.Cleanup(gw.Close)
@@ -298,7 +300,7 @@ func TestProxySubresourceWebSocketUpgrade(t *testing.T) {
 			if len(hs) != 1 || hs[0].Get("Upgrade") != "websocket" || hs[0].Get("Sec-WebSocket-Key") == "" {
 				t.Fatalf("upstream headers %v", hs)
 			}
-			wantURI := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/"+resource+"/http:web:8080/proxy") + "/session/ws?x=1"
+			wantURI := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/"+resource+"/http:web:8080/proxy") + "/session/ws?x=1"
 			if uris := echo.requestURIs(); len(uris) != 1 || uris[0] != wantURI {
 				t.Errorf("upstream request URIs %q, want %q", uris, wantURI)
 			}

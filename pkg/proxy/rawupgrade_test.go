@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // echoUpgrader answers upgrades with 101 and the configured headers, then
@@ -40,7 +42,7 @@ func newEchoUpgrader(t testing.TB, upgradeTo string) *echoUpgrader {
 }
 
 func (e *echoUpgrader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	admitting(http.HandlerFunc(e.upgrade)).ServeHTTP(w, r)
+	proxytest.Admitting(http.HandlerFunc(e.upgrade)).ServeHTTP(w, r)
 }
 
 func (e *echoUpgrader) upgrade(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +150,7 @@ func (c *rawClient) echo(t testing.TB, msg string) {
 
 func newUpgradeEnv(t *testing.T, up http.Handler, hellos *helloRecorder) (*Proxy, *httptest.Server) {
 	t.Helper()
-	upstream := httptest.NewUnstartedServer(admitting(up))
+	upstream := httptest.NewUnstartedServer(proxytest.Admitting(up))
 	if hellos != nil {
 		upstream.TLS = hellos.config()
 	}
@@ -279,7 +281,7 @@ func TestUpgradeOfAnotherTypeIsRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status %d %s, want 502", resp.StatusCode, body)
 	}
-	st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+	st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 	if !strings.Contains(st.Message, `requested "SPDY/3.1", got "websocket"`) {
 		t.Errorf("message %q", st.Message)
 	}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -26,11 +27,12 @@ func isPodSubresource(s string) bool {
 }
 
 // newRouter routes the four pod subresources to rewrite, pods/proxy to
-// podProxy, services/proxy to services when it is not nil, pod-scoped events
-// lists to events when it is not nil, and everything else to passthrough.
+// podProxy, services/proxy to services when it is not nil, what the events
+// middleware claims to it when it is not nil, and everything else to
+// passthrough.
 // guardPodRequests runs first, so a request reaching chi that addresses a pod
 // stream is already known to be canonical.
-func newRouter(rewrite, passthrough, pods, services, events http.HandlerFunc) http.Handler {
+func newRouter(rewrite, passthrough, pods, services http.HandlerFunc, events func(http.Handler) http.Handler) http.Handler {
 	mux := chi.NewRouter()
 	mux.Use(guardPodRequests)
 	mux.Use(routeProxySubresource(podProxy, pods))
@@ -38,7 +40,7 @@ func newRouter(rewrite, passthrough, pods, services, events http.HandlerFunc) ht
 		mux.Use(routeProxySubresource(serviceProxy, services))
 	}
 	if events != nil {
-		mux.Use(routeEvents(events))
+		mux.Use(events)
 	}
 	for _, sub := range podSubresources {
 		pattern := "/api/v1/namespaces/{namespace}/pods/{name}/" + sub
@@ -63,7 +65,7 @@ func refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if state := stateFrom(r.Context()); state != nil {
 		state.route = metrics.RouteRefused
 	}
-	writeStatus(w, err)
+	apiresponse.WriteStatus(w, err)
 }
 
 // guardPodRequests answers 400 for every request that targets a pod stream

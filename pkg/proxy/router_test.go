@@ -9,16 +9,17 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 func TestRouting(t *testing.T) {
 	longName := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) // 243
 	ns63 := strings.Repeat("n", 63)
 	proxied := func(ns, name, sub string) string {
-		return karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
+		return karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/"+ns+"/pods/"+name+"/"+sub)
 	}
 	podProxied := func(seg, rest string) string {
-		return karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/"+seg+"/proxy") + rest
+		return karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/"+seg+"/proxy") + rest
 	}
 	tests := []struct {
 		name   string
@@ -152,15 +153,15 @@ func TestRouting(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}})
 
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, tt.method, tt.target, nil, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tt.method, tt.target, nil, ""))
 
-			reqs := up.requests()
+			reqs := up.Requests()
 			if rec.Code != tt.wantCode {
 				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
 			}
@@ -168,7 +169,7 @@ func TestRouting(t *testing.T) {
 				if len(reqs) != 0 {
 					t.Fatalf("rejected request reached the upstream: %+v", reqs)
 				}
-				st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+				st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
 				if int(st.Code) != tt.wantCode {
 					t.Fatalf("Status code = %d, want %d", st.Code, tt.wantCode)
 				}
@@ -198,12 +199,12 @@ func TestRewriteSetsPathAndRawPath(t *testing.T) {
 	got := recordUpstream(p)
 
 	for _, tc := range []struct{ target, path, rawPath, query string }{
-		{"/api/v1/namespaces/ci/pods/p/exec?command=a%2Fb&x=;", "/prefix" + karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/p/exec"), "", "command=a%2Fb&x=;"},
+		{"/api/v1/namespaces/ci/pods/p/exec?command=a%2Fb&x=;", "/prefix" + karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/p/exec"), "", "command=a%2Fb&x=;"},
 		{"/api/v1/namespaces/ci/configmaps/a%2Fb?q=1", "/prefix/api/v1/namespaces/ci/configmaps/a/b", "/prefix/api/v1/namespaces/ci/configmaps/a%2Fb", "q=1"},
 	} {
 		got.requests = nil
 		rec := httptest.NewRecorder()
-		p.ServeHTTP(rec, rawRequest(t, "POST", tc.target, nil, ""))
+		p.ServeHTTP(rec, proxytest.RawRequest(t, "POST", tc.target, nil, ""))
 		if len(got.requests) != 1 {
 			t.Fatalf("%s: %d upstream requests; code %d %s", tc.target, len(got.requests), rec.Code, rec.Body)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // waitDraining polls with new requests until the gateway refuses them.
@@ -26,7 +28,7 @@ func waitDraining(t *testing.T, gw string) {
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			return false, nil
 		}
-		st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+		st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 		if st.Message != "gateway shutting down" || !resp.Close {
 			t.Errorf("draining answer %+v close=%v", st, resp.Close)
 		}

@@ -13,10 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 func TestErrorsAreStatus(t *testing.T) {
-	up := &recordingUpstream{}
+	up := &proxytest.RecordingUpstream{}
 	upstream := httptest.NewServer(up)
 	defer upstream.Close()
 
@@ -30,49 +33,49 @@ func TestErrorsAreStatus(t *testing.T) {
 	tests := []struct {
 		name        string
 		upstream    string
-		resolver    *stubResolver
+		resolver    *proxytest.Resolver
 		target      string
 		wantCode    int32
 		wantReason  metav1.StatusReason
 		wantMessage string
 	}{
 		{"pod not found", upstream.URL,
-			&stubResolver{err: apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x")},
+			&proxytest.Resolver{Err: apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x")},
 			"/api/v1/namespaces/ci/pods/x/exec", 404, metav1.StatusReasonNotFound, `pods "x" not found`},
 		{"cluster not ready", upstream.URL,
-			&stubResolver{err: apierrors.NewServiceUnavailable(`cluster "member1" is not ready`)},
+			&proxytest.Resolver{Err: apierrors.NewServiceUnavailable(`cluster "member1" is not ready`)},
 			"/api/v1/namespaces/ci/pods/x/log", 503, metav1.StatusReasonServiceUnavailable, `cluster "member1" is not ready`},
 		{"not placed conflict", upstream.URL,
-			&stubResolver{err: apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "x", errors.New("scheduled to member1 and member2"))},
+			&proxytest.Resolver{Err: apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "x", errors.New("scheduled to member1 and member2"))},
 			"/api/v1/namespaces/ci/pods/x/attach", 409, metav1.StatusReasonConflict, "member1 and member2"},
 		{"plain resolver error is internal", upstream.URL,
-			&stubResolver{err: errors.New("cache exploded")},
+			&proxytest.Resolver{Err: errors.New("cache exploded")},
 			"/api/v1/namespaces/ci/pods/x/exec", 500, metav1.StatusReasonInternalError, "cache exploded"},
 		{"invalid cluster name from resolver", upstream.URL,
-			&stubResolver{cluster: "../../secrets"},
+			&proxytest.Resolver{Cluster: "../../secrets"},
 			"/api/v1/namespaces/ci/pods/x/exec", 500, metav1.StatusReasonInternalError, "invalid member cluster name"},
 		{"karmada-apiserver down", "http://" + downAddr,
-			&stubResolver{cluster: testCluster},
+			&proxytest.Resolver{Cluster: proxytest.Cluster},
 			"/api/v1/namespaces/ci/pods", 503, metav1.StatusReasonServiceUnavailable, "error trying to reach karmada-apiserver"},
 		// Passthrough mode: the admission check cannot reach
 		// karmada-apiserver, and the member is not named to a caller it has
 		// not judged.
 		{"karmada-apiserver down on a rewritten route", "http://" + downAddr,
-			&stubResolver{cluster: testCluster},
+			&proxytest.Resolver{Cluster: proxytest.Cluster},
 			"/api/v1/namespaces/ci/pods/x/exec", 503, metav1.StatusReasonServiceUnavailable, "error trying to reach karmada-apiserver"},
 		{"cluster proxy down (authorize mode)", "http://" + downAddr,
-			&stubResolver{cluster: testCluster},
+			&proxytest.Resolver{Cluster: proxytest.Cluster},
 			"/api/v1/namespaces/ci/pods/x/exec", 503, metav1.StatusReasonServiceUnavailable, `error trying to reach the cluster proxy for cluster "member1"`},
-		{"bad path", upstream.URL, &stubResolver{cluster: testCluster},
+		{"bad path", upstream.URL, &proxytest.Resolver{Cluster: proxytest.Cluster},
 			"/api/v1/namespaces/ci/pods/a%2Fb/exec", 400, metav1.StatusReasonBadRequest, "invalid pod subresource path"},
-		{"bad method", upstream.URL, &stubResolver{cluster: testCluster},
+		{"bad method", upstream.URL, &proxytest.Resolver{Cluster: proxytest.Cluster},
 			"/api/v1/namespaces/ci/pods/x/exec", 405, metav1.StatusReasonMethodNotAllowed, "not supported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := Options{Upstream: &rest.Config{Host: tt.upstream}, Resolver: tt.resolver}
 			if strings.HasSuffix(tt.name, "(authorize mode)") {
-				opts.AuthMode, opts.Authorizer = AuthAuthorize, &fakeAuthorizer{caller: Caller{Name: "alice"}}
+				opts.AuthMode, opts.Authorizer = AuthAuthorize, &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
 			}
 			p := newTestProxy(t, opts)
 			gw := httptest.NewServer(p)
@@ -81,7 +84,7 @@ func TestErrorsAreStatus(t *testing.T) {
 			if tt.wantCode == 405 {
 				method = "PUT"
 			}
-			before := len(up.requests())
+			before := len(up.Requests())
 			req, _ := http.NewRequest(method, gw.URL+tt.target, nil)
 			req.URL.Opaque = "//" + req.URL.Host + tt.target // keep the escaping
 			resp, err := http.DefaultClient.Do(req)
@@ -93,24 +96,13 @@ func TestErrorsAreStatus(t *testing.T) {
 			if resp.StatusCode != int(tt.wantCode) {
 				t.Fatalf("HTTP %d, want %d: %s", resp.StatusCode, tt.wantCode, body)
 			}
-			st := decodeStatus(t, resp.Header.Get("Content-Type"), body)
+			st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body)
 			if st.Code != tt.wantCode || st.Reason != tt.wantReason || !strings.Contains(st.Message, tt.wantMessage) {
 				t.Errorf("Status code %d reason %q message %q; want %d %q containing %q", st.Code, st.Reason, st.Message, tt.wantCode, tt.wantReason, tt.wantMessage)
 			}
-			if tt.upstream == upstream.URL && len(up.requests()) != before {
+			if tt.upstream == upstream.URL && len(up.Requests()) != before {
 				t.Errorf("an error answered by the gateway reached the upstream")
 			}
 		})
-	}
-}
-
-func TestStatusFor(t *testing.T) {
-	st := statusFor(errors.New("boom"))
-	if st.Code != 500 || st.Reason != metav1.StatusReasonInternalError || st.Kind != "Status" || st.APIVersion != "v1" {
-		t.Errorf("plain error: %+v", st)
-	}
-	wrapped := statusFor(errors.Join(errors.New("ctx"), apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errors.New("no"))))
-	if wrapped.Code != 403 || wrapped.Reason != metav1.StatusReasonForbidden {
-		t.Errorf("wrapped APIStatus: %+v", wrapped)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 const execTarget = "/api/v1/namespaces/ci/pods/job-42/exec?command=cat&container=build&container=build&stdin=true&stdout=true"
@@ -36,11 +37,11 @@ type execEnv struct {
 func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	t.Helper()
 	hellos := &helloRecorder{}
-	es := newExecServer(t, karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/pods/job-42/exec"), hellos)
+	es := newExecServer(t, karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/job-42/exec"), hellos)
 	if configure != nil {
 		configure(es)
 	}
-	upstream := httptest.NewUnstartedServer(admitting(es))
+	upstream := httptest.NewUnstartedServer(proxytest.Admitting(es))
 	upstream.TLS = hellos.config()
 	upstream.EnableHTTP2 = true
 	upstream.StartTLS()

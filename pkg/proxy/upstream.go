@@ -13,6 +13,9 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
 // upstream is karmada-apiserver as the proxy reaches it.
@@ -142,4 +145,67 @@ func newHTTPTransport(tlsConfig *tls.Config, proxy func(*http.Request) (*url.URL
 	t.TLSClientConfig = tc
 	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	return t
+}
+
+// upstreamIdentity is whose credentials a request the gateway sends on a
+// client's behalf carries.
+type upstreamIdentity struct {
+	// gateway sends the gateway's own credentials; otherwise the client's
+	// headers go as they came.
+	gateway bool
+	// editHeader, when set, edits the headers copied from the client.
+	editHeader func(http.Header)
+	// authorize, when set, must allow each request before it is sent.
+	authorize func(context.Context) error
+	// certVerified: the Authorizer accepted the client's certificate.
+	certVerified bool
+}
+
+// passthroughIdentity is how servePassthrough sends r: the client's own
+// headers, except in authorize mode for a caller who presented only a
+// client certificate, which cannot be forwarded: the gateway authenticates
+// it and impersonates the caller with its own identity.
+func (p *Proxy) passthroughIdentity(ctx context.Context, r *http.Request) (upstreamIdentity, error) {
+	if p.authMode != AuthAuthorize || identity.HasBearerToken(r) || !identity.HasClientCertificate(r) {
+		return upstreamIdentity{}, nil
+	}
+	caller, err := p.authorizer.Authenticate(ctx, r)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Client certificate not authenticated", "err", err)
+		return upstreamIdentity{}, err
+	}
+	return upstreamIdentity{
+		gateway:      true,
+		certVerified: true,
+		editHeader: func(h http.Header) {
+			identity.StripHeaders(h)
+			identity.SetImpersonation(h, caller)
+		},
+	}, nil
+}
+
+// getAccepting sends a GET for pathAndQuery below the upstream on r's
+// behalf, as as says, asking for accept. The client's headers are copied
+// but for hop-by-hop ones and Accept-Encoding (the gateway reads the body
+// itself).
+func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery, accept string) (*http.Response, error) {
+	if as.authorize != nil {
+		if err := as.authorize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	target := p.upstream.base.String() + pathAndQuery
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = r.Header.Clone()
+	for _, h := range []string{"Connection", "Upgrade", "Te", "Trailer", "Transfer-Encoding", "Keep-Alive", "Proxy-Connection", "Accept-Encoding", "Content-Length"} {
+		req.Header.Del(h)
+	}
+	req.Header.Set("Accept", accept)
+	if as.editHeader != nil {
+		as.editHeader(req.Header)
+	}
+	return p.upstream.transport(as.gateway, false).RoundTrip(req)
 }

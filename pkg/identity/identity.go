@@ -1,4 +1,4 @@
-package proxy
+package identity
 
 import (
 	"encoding/base64"
@@ -10,6 +10,26 @@ import (
 	"unicode/utf8"
 )
 
+// Caller is an authenticated identity, as authorize mode forwards it.
+type Caller struct {
+	Name   string
+	UID    string
+	Groups []string
+	Extra  map[string][]string
+}
+
+// ResourceRequest is a request on a Kubernetes resource that the gateway
+// authorizes itself, in kube-apiserver's RequestInfo terms, before sending it
+// with its own identity: what pkg/auth checks a Caller for.
+type ResourceRequest struct {
+	Namespace   string
+	Verb        string // get, list, watch, create, update, patch, delete
+	Group       string // "" for core
+	Resource    string // pods, services, events, ...
+	Subresource string
+	Name        string
+}
+
 const (
 	impersonatePrefix      = "Impersonate-"
 	impersonateUser        = "Impersonate-User"
@@ -17,9 +37,9 @@ const (
 	impersonateGroup       = "Impersonate-Group"
 	impersonateExtraPrefix = "Impersonate-Extra-"
 
-	// websocketBearerPrefix is how browsers pass a bearer token to
+	// WebSocketBearerPrefix is how browsers pass a bearer token to
 	// kube-apiserver in Sec-WebSocket-Protocol.
-	websocketBearerPrefix = "base64url.bearer.authorization.k8s.io."
+	WebSocketBearerPrefix = "base64url.bearer.authorization.k8s.io."
 )
 
 // requestHeaderPrefix covers kube-apiserver's default front-proxy identity
@@ -29,14 +49,13 @@ const (
 // deployment that configured other X-Remote-* names is covered too.
 const requestHeaderPrefix = "X-Remote-"
 
-// StripIdentityHeaders removes every header through which a client could
+// StripHeaders removes every header through which a client could
 // claim an identity upstream: Authorization, every Impersonate-* header
 // (User, Uid, Group, Extra-*, whatever comes next), every X-Remote-* header
 // (the default front-proxy identity headers), and a bearer token passed as a
 // WebSocket subprotocol.
-// The proxy applies it before sending a request with the gateway's identity;
-// it is exported so other packages strip the same set.
-func StripIdentityHeaders(h http.Header) {
+// The proxy applies it before sending a request with the gateway's identity.
+func StripHeaders(h http.Header) {
 	for key := range h {
 		if strings.EqualFold(key, "Authorization") ||
 			hasPrefixFold(key, impersonatePrefix) ||
@@ -57,13 +76,13 @@ func StripIdentityHeaders(h http.Header) {
 // is set for an entry kube-apiserver would answer 401 to. Neither the token
 // nor the entry is ever part of err.
 func WebSocketBearerToken(h http.Header) (token string, ok bool, err error) {
-	if !strings.EqualFold(upgradeType(h), "websocket") {
+	if !isWebSocketUpgrade(h) {
 		return "", false, nil
 	}
 	sawToken, others := false, 0
 	for _, v := range h.Values("Sec-Websocket-Protocol") {
 		for _, p := range strings.Split(v, ",") {
-			encoded, isToken := strings.CutPrefix(strings.TrimSpace(p), websocketBearerPrefix)
+			encoded, isToken := strings.CutPrefix(strings.TrimSpace(p), WebSocketBearerPrefix)
 			if !isToken {
 				others++
 				continue
@@ -104,7 +123,7 @@ func stripWebSocketBearer(h http.Header) {
 	for _, v := range values {
 		var protos []string
 		for _, p := range strings.Split(v, ",") {
-			if strings.HasPrefix(strings.TrimSpace(p), websocketBearerPrefix) {
+			if strings.HasPrefix(strings.TrimSpace(p), WebSocketBearerPrefix) {
 				changed = true
 				continue
 			}
@@ -128,10 +147,10 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// setImpersonation makes the gateway's request act as caller, in the header
+// SetImpersonation makes the gateway's request act as caller, in the header
 // form kube-apiserver's impersonation filter reads (extra keys
 // percent-encoded; the server lower-cases and unescapes them).
-func setImpersonation(h http.Header, caller Caller) {
+func SetImpersonation(h http.Header, caller Caller) {
 	h.Set(impersonateUser, caller.Name)
 	if caller.UID != "" {
 		h.Set(impersonateUID, caller.UID)
@@ -174,8 +193,9 @@ func isTokenByte(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// hasBearerToken reports whether r carries a bearer token in Authorization.
-func hasBearerToken(r *http.Request) bool {
+// HasBearerToken reports whether r carries a bearer token in Authorization,
+// in any of its values.
+func HasBearerToken(r *http.Request) bool {
 	for _, v := range r.Header.Values("Authorization") {
 		if hasPrefixFold(strings.TrimSpace(v), "bearer ") {
 			return true
@@ -184,6 +204,47 @@ func hasBearerToken(r *http.Request) bool {
 	return false
 }
 
-func hasClientCertificate(r *http.Request) bool {
+// HasClientCertificate reports whether r's TLS connection presented a client
+// certificate, verified or not.
+func HasClientCertificate(r *http.Request) bool {
 	return r.TLS != nil && len(r.TLS.PeerCertificates) > 0
+}
+
+// BearerToken parses Authorization as kube-apiserver's bearer token
+// authenticator does: the first value, scheme case-insensitive, an empty
+// token is no token.
+func BearerToken(h http.Header) (string, bool) {
+	parts := strings.SplitN(strings.TrimSpace(h.Get("Authorization")), " ", 3)
+	if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
+		return "", false
+	}
+	return parts[1], true
+}
+
+// WebSocketBearerEntry returns the token of the first
+// base64url.bearer.authorization.k8s.io.<token> subprotocol, still encoded
+// and unchecked, on any request: a key that only has to be stable per
+// token (the stream limiter's), never a credential to send.
+func WebSocketBearerEntry(h http.Header) (string, bool) {
+	for _, v := range h.Values("Sec-Websocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			if token, ok := strings.CutPrefix(strings.TrimSpace(p), WebSocketBearerPrefix); ok && token != "" {
+				return token, true
+			}
+		}
+	}
+	return "", false
+}
+
+// isWebSocketUpgrade reports whether h asks for a WebSocket upgrade, read
+// as ReverseProxy reads Upgrade: only with Connection: Upgrade.
+func isWebSocketUpgrade(h http.Header) bool {
+	for _, v := range h["Connection"] {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "Upgrade") {
+				return strings.EqualFold(h.Get("Upgrade"), "websocket")
+			}
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package proxy
+package memberevents
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +24,8 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 const (
@@ -33,7 +34,7 @@ const (
 	karmadaRV   = "4711"
 )
 
-// eventsUpstream is karmada-apiserver with the cluster proxy of testCluster
+// eventsUpstream is karmada-apiserver with the cluster proxy of proxytest.Cluster
 // behind it: events lists, the pod template, and the member's events.
 type eventsUpstream struct {
 	memberCode int // 0 = 200
@@ -55,7 +56,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.reqs = append(u.reqs, r.Clone(r.Context()))
 	u.mu.Unlock()
-	memberEvents := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+	memberEvents := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events")
 	switch r.URL.Path {
 	case "/api/v1/namespaces/ci/events", "/api/v1/watch/namespaces/ci/events":
 		if r.URL.Path != "/api/v1/namespaces/ci/events" || strings.Contains(r.Header.Get("Accept"), "protobuf") || strings.Contains(r.Header.Get("Accept"), "as=") {
@@ -63,7 +64,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write([]byte("raw"))
 			return
 		}
-		writeJSON(w, http.StatusOK, &corev1.EventList{
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.EventList{
 			TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"},
 			ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV},
 			Items: []corev1.Event{{
@@ -73,7 +74,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}},
 		})
 	case "/api/v1/namespaces/ci/pods/build":
-		writeJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
 	case memberEvents:
 		if u.memberCode != 0 {
 			if strings.HasPrefix(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) && !u.memberJSONOnly {
@@ -83,7 +84,7 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				_, _ = w.Write(protobufStatus(forbiddenStatus()))
 				return
 			}
-			writeJSON(w, u.memberCode, forbiddenStatus())
+			proxytest.WriteJSON(w, u.memberCode, forbiddenStatus())
 			return
 		}
 		list := &corev1.EventList{
@@ -99,21 +100,10 @@ func (u *eventsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(list, w)
 			return
 		}
-		writeJSON(w, http.StatusOK, list)
+		proxytest.WriteJSON(w, http.StatusOK, list)
 	default:
 		http.NotFound(w, r)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Audit-Id", "a1")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func eventsTarget(selector string, extra string) string {
-	return "/api/v1/namespaces/ci/events?fieldSelector=" + url.QueryEscape(selector) + extra
 }
 
 func TestEventsMerge(t *testing.T) {
@@ -136,46 +126,46 @@ func TestEventsMerge(t *testing.T) {
 		// the plain pod selector.
 		wantMemberSelector string
 	}{
-		{name: "scoped list merges", target: eventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
-		{name: "kubectl describe selector", target: eventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
-		{name: "other uid gets no member events", target: eventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true, answeredByMerge: true},
-		{name: "member failure warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
-		{name: "member failure in JSON warns", target: eventsTarget("involvedObject.name=build", ""), memberCode: 403, memberJSONOnly: true, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
-		{name: "flag off passes through", target: eventsTarget("involvedObject.name=build", ""), merge: false},
-		{name: "unplaced pod passes through", target: eventsTarget("involvedObject.name=build", ""), merge: true, resolveErr: apierrors.NewNotFound(podsResource, "build")},
+		{name: "scoped list merges", target: proxytest.EventsTarget("involvedObject.name=build", ""), merge: true, wantMember: true},
+		{name: "kubectl describe selector", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.namespace=ci,involvedObject.kind=Pod,involvedObject.uid="+templateUID, "&limit=500"), accept: "application/json", merge: true, wantMember: true},
+		{name: "other uid gets no member events", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.uid=old", ""), merge: true, answeredByMerge: true},
+		{name: "member failure warns", target: proxytest.EventsTarget("involvedObject.name=build", ""), memberCode: 403, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
+		{name: "member failure in JSON warns", target: proxytest.EventsTarget("involvedObject.name=build", ""), memberCode: 403, memberJSONOnly: true, merge: true, wantWarning: `299 - "member events from member1 unavailable: HTTP 403: pods \"build\" is forbidden: <nil>"`},
+		{name: "flag off passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), merge: false},
+		{name: "unplaced pod passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), merge: true, resolveErr: apierrors.NewNotFound(podsResource, "build")},
 		{name: "unscoped list untouched", target: "/api/v1/namespaces/ci/events", merge: true},
-		{name: "other kind untouched", target: eventsTarget("involvedObject.name=build,involvedObject.kind=Service", ""), merge: true},
-		{name: "inequality untouched", target: eventsTarget("involvedObject.name!=build", ""), merge: true},
-		{name: "label selector untouched", target: eventsTarget("involvedObject.name=build", "&labelSelector=a%3Db"), merge: true},
+		{name: "other kind untouched", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.kind=Service", ""), merge: true},
+		{name: "inequality untouched", target: proxytest.EventsTarget("involvedObject.name!=build", ""), merge: true},
+		{name: "label selector untouched", target: proxytest.EventsTarget("involvedObject.name=build", "&labelSelector=a%3Db"), merge: true},
 		{name: "legacy watch path passes through", target: "/api/v1/watch/namespaces/ci/events?fieldSelector=involvedObject.name%3Dbuild", merge: true, wantRaw: true},
-		{name: "gitlab warning events list", target: eventsTarget("involvedObject.name=build,type=Warning", "&limit=200"), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,type=Warning"},
-		{name: "other fields are forwarded with their operator", target: eventsTarget("involvedObject.name=build,reason!=Pulled,involvedObject.apiVersion=v1", ""), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,reason!=Pulled"},
-		{name: "escaped values stay escaped for the member", target: eventsTarget(`involvedObject.name=build,reason=a\,involvedObject.name\=other`, ""), merge: true, wantMember: true, wantMemberSelector: `involvedObject.kind=Pod,involvedObject.name=build,reason=a\,involvedObject.name\=other`},
-		{name: "informer list from any version", target: eventsTarget("involvedObject.name=build", "&resourceVersion=0"), merge: true, wantMember: true},
-		{name: "not older than", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=NotOlderThan"), merge: true, wantMember: true},
-		{name: "exact version untouched", target: eventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=Exact"), merge: true},
-		{name: "event name field untouched", target: eventsTarget("involvedObject.name=build,metadata.name=x", ""), merge: true},
-		{name: "involvedObject.resourceVersion untouched", target: eventsTarget("involvedObject.name=build,involvedObject.resourceVersion=1", ""), merge: true},
-		{name: "repeated parameter untouched", target: eventsTarget("involvedObject.name=build", "&limit=1&limit=2"), merge: true},
-		{name: "table passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", merge: true, wantRaw: true},
-		{name: "protobuf only passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf", merge: true, wantRaw: true},
-		{name: "client-go protobuf-or-json gets merged JSON", target: eventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf,application/json", merge: true, wantMember: true},
-		{name: "partial object metadata passes through", target: eventsTarget("involvedObject.name=build", ""), accept: "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io", merge: true, wantRaw: true},
+		{name: "gitlab warning events list", target: proxytest.EventsTarget("involvedObject.name=build,type=Warning", "&limit=200"), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,type=Warning"},
+		{name: "other fields are forwarded with their operator", target: proxytest.EventsTarget("involvedObject.name=build,reason!=Pulled,involvedObject.apiVersion=v1", ""), merge: true, wantMember: true, wantMemberSelector: "involvedObject.kind=Pod,involvedObject.name=build,reason!=Pulled"},
+		{name: "escaped values stay escaped for the member", target: proxytest.EventsTarget(`involvedObject.name=build,reason=a\,involvedObject.name\=other`, ""), merge: true, wantMember: true, wantMemberSelector: `involvedObject.kind=Pod,involvedObject.name=build,reason=a\,involvedObject.name\=other`},
+		{name: "informer list from any version", target: proxytest.EventsTarget("involvedObject.name=build", "&resourceVersion=0"), merge: true, wantMember: true},
+		{name: "not older than", target: proxytest.EventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=NotOlderThan"), merge: true, wantMember: true},
+		{name: "exact version untouched", target: proxytest.EventsTarget("involvedObject.name=build", "&resourceVersion=4000&resourceVersionMatch=Exact"), merge: true},
+		{name: "event name field untouched", target: proxytest.EventsTarget("involvedObject.name=build,metadata.name=x", ""), merge: true},
+		{name: "involvedObject.resourceVersion untouched", target: proxytest.EventsTarget("involvedObject.name=build,involvedObject.resourceVersion=1", ""), merge: true},
+		{name: "repeated parameter untouched", target: proxytest.EventsTarget("involvedObject.name=build", "&limit=1&limit=2"), merge: true},
+		{name: "table passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", merge: true, wantRaw: true},
+		{name: "protobuf only passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf", merge: true, wantRaw: true},
+		{name: "client-go protobuf-or-json gets merged JSON", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/vnd.kubernetes.protobuf,application/json", merge: true, wantMember: true},
+		{name: "partial object metadata passes through", target: proxytest.EventsTarget("involvedObject.name=build", ""), accept: "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io", merge: true, wantRaw: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up := &eventsUpstream{memberCode: tt.memberCode, memberJSONOnly: tt.memberJSONOnly}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			res := &stubResolver{cluster: testCluster, err: tt.resolveErr}
+			res := &proxytest.Resolver{Cluster: proxytest.Cluster, Err: tt.resolveErr}
 			m := metrics.New(prometheus.NewRegistry())
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, MergeMemberEvents: tt.merge, Metrics: m})
+			p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: res, Metrics: m}, tt.merge)
 			h := http.Header{"Authorization": {"Bearer caller-token"}}
 			if tt.accept != "" {
 				h.Set("Accept", tt.accept)
 			}
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, http.MethodGet, tt.target, h, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, tt.target, h, ""))
 			if rec.Code != http.StatusOK {
 				t.Fatalf("code = %d, body %s", rec.Code, rec.Body)
 			}
@@ -189,7 +179,7 @@ func TestEventsMerge(t *testing.T) {
 			if got := testutil.ToFloat64(m.RequestsTotal.WithLabelValues(wantRoute, "200")); got != 1 {
 				t.Errorf("requests_total{route=%q,code=200} = %v, want 1", wantRoute, got)
 			}
-			if got, want := testutil.ToFloat64(m.MemberEventsUnavailableTotal.WithLabelValues(testCluster)), map[bool]float64{true: 1}[tt.wantWarning != ""]; got != want {
+			if got, want := testutil.ToFloat64(m.MemberEventsUnavailableTotal.WithLabelValues(proxytest.Cluster)), map[bool]float64{true: 1}[tt.wantWarning != ""]; got != want {
 				t.Errorf("member_events_unavailable_total = %v, want %v", got, want)
 			}
 			reqs := up.requests()
@@ -235,12 +225,12 @@ func TestEventsMerge(t *testing.T) {
 			if member.InvolvedObject.UID != templateUID {
 				t.Errorf("involvedObject.uid = %q, want the template's %q", member.InvolvedObject.UID, templateUID)
 			}
-			if member.Name != testCluster+".build.1" || member.ResourceVersion != karmadaRV || member.Annotations[MemberClusterAnnotation] != testCluster {
+			if member.Name != proxytest.Cluster+".build.1" || member.ResourceVersion != karmadaRV || member.Annotations[MemberClusterAnnotation] != proxytest.Cluster {
 				t.Errorf("member event metadata = %+v", member.ObjectMeta)
 			}
 			var sawMember bool
 			for _, r := range reqs {
-				if r.URL.Path == karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events") {
+				if r.URL.Path == karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events") {
 					sawMember = true
 					want := tt.wantMemberSelector
 					if want == "" {
@@ -267,12 +257,12 @@ func TestEventsPaginatedMergesOnLastPageOnly(t *testing.T) {
 			member.ServeHTTP(w, r)
 			return
 		}
-		writeJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV, Continue: "next"}})
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: karmadaRV, Continue: "next"}})
 	}))
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+	p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}}, true)
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", "&limit=1"), nil, ""))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", "&limit=1"), nil, ""))
 	var list corev1.EventList
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || list.Continue != "next" || len(list.Items) != 0 || rec.Header().Get("Warning") != "" {
 		t.Fatalf("code %d, list %+v, Warning %q, err %v", rec.Code, list, rec.Header().Get("Warning"), err)
@@ -281,16 +271,16 @@ func TestEventsPaginatedMergesOnLastPageOnly(t *testing.T) {
 
 func TestEventsKarmadaErrorRelayed(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusForbidden, forbiddenStatus())
+		proxytest.WriteJSON(w, http.StatusForbidden, forbiddenStatus())
 	}))
 	defer srv.Close()
-	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+	p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}}, true)
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, ""))
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", ""), nil, ""))
 	if rec.Code != http.StatusForbidden {
 		t.Fatalf("code = %d, want 403", rec.Code)
 	}
-	if st := decodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); st.Code != http.StatusForbidden {
+	if st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); st.Code != http.StatusForbidden {
 		t.Fatalf("Status = %+v", st)
 	}
 }
@@ -316,24 +306,24 @@ func forbiddenStatus() *metav1.Status {
 func TestEventsNotMerged(t *testing.T) {
 	for _, tc := range []struct {
 		name, method string
-		mode         AuthMode
+		mode         proxy.AuthMode
 	}{
-		{"create event", http.MethodPost, AuthPassthrough},
-		{"authorize mode create", http.MethodPost, AuthAuthorize},
+		{"create event", http.MethodPost, proxy.AuthPassthrough},
+		{"authorize mode create", http.MethodPost, proxy.AuthAuthorize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			up := &recordingUpstream{}
+			up := &proxytest.RecordingUpstream{}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			opts := Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true, AuthMode: tc.mode}
-			if tc.mode == AuthAuthorize {
-				opts.Authorizer = &fakeAuthorizer{}
+			opts := proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}, AuthMode: tc.mode}
+			if tc.mode == proxy.AuthAuthorize {
+				opts.Authorizer = &proxytest.Authorizer{}
 			}
-			p := newTestProxy(t, opts)
-			target := eventsTarget("involvedObject.name=build", "")
+			p, _ := newTestProxy(t, opts, true)
+			target := proxytest.EventsTarget("involvedObject.name=build", "")
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, tc.method, target, http.Header{"Authorization": {"Bearer caller-token"}}, ""))
-			reqs := up.requests()
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tc.method, target, http.Header{"Authorization": {"Bearer caller-token"}}, ""))
+			reqs := up.Requests()
 			if rec.Code != http.StatusOK || rec.Body.String() != "ok" || len(reqs) != 1 || reqs[0].RequestURI != target || reqs[0].Method != tc.method {
 				t.Fatalf("not passed through: code %d body %q requests %+v", rec.Code, rec.Body, reqs)
 			}
@@ -350,17 +340,17 @@ func TestMemberEventsReadAsProtobuf(t *testing.T) {
 			up := &eventsUpstream{memberJSONOnly: jsonOnly}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &stubResolver{cluster: testCluster}, MergeMemberEvents: true})
+			p, _ := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}}, true)
 			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), http.Header{"Authorization": {"Bearer caller-token"}}, ""))
+			p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", ""), http.Header{"Authorization": {"Bearer caller-token"}}, ""))
 			var list corev1.EventList
 			if err := json.Unmarshal(rec.Body.Bytes(), &list); rec.Code != http.StatusOK || err != nil {
 				t.Fatalf("merged list: %d %s (%v)", rec.Code, rec.Body, err)
 			}
-			if rec.Header().Get("Warning") != "" || len(list.Items) != 2 || list.Items[1].Name != testCluster+".build.1" || list.Items[1].InvolvedObject.UID != templateUID {
+			if rec.Header().Get("Warning") != "" || len(list.Items) != 2 || list.Items[1].Name != proxytest.Cluster+".build.1" || list.Items[1].InvolvedObject.UID != templateUID {
 				t.Fatalf("merged list lacks the member's event, rewritten: %+v (Warning %q)", list.Items, rec.Header().Get("Warning"))
 			}
-			memberPath := karmada.ClusterProxyPath(testCluster, "/api/v1/namespaces/ci/events")
+			memberPath := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events")
 			for _, r := range up.requests() {
 				if r.URL.Path == memberPath && r.Header.Get("Accept") != protobufOrJSON {
 					t.Errorf("member's events asked for with Accept %q, want %q", r.Header.Get("Accept"), protobufOrJSON)

@@ -1,9 +1,10 @@
-package proxy
+package memberevents
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -13,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -23,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -30,6 +34,95 @@ import (
 // MemberClusterAnnotation is set on every event merged in from a member
 // cluster; its value is the cluster name.
 const MemberClusterAnnotation = "karmada-exec-gateway.io/member-cluster"
+
+// Gateway is what the merge needs of the proxy that hands it requests;
+// *proxy.Proxy implements it. Every method takes the request being served:
+// the proxy finds what it decided about it (identity, stream slot, metrics
+// route) in its context.
+type Gateway interface {
+	// PassThrough sends r to karmada-apiserver unchanged.
+	PassThrough(w http.ResponseWriter, r *http.Request)
+	// Get GETs pathAndQuery below karmada-apiserver on r's behalf, asking
+	// for accept, with the credentials PassThrough sends r with.
+	Get(ctx context.Context, r *http.Request, pathAndQuery, accept string) (*http.Response, error)
+	// GetAuthorized is Get for a member's events through the cluster
+	// proxy: the caller's headers in passthrough mode; in authorize mode the
+	// gateway's identity once the caller is allowed rr.
+	GetAuthorized(ctx context.Context, r *http.Request, rr identity.ResourceRequest, pathAndQuery, accept string) (*http.Response, error)
+	// HoldStream takes r's stream slot, or answers 429 and reports false.
+	HoldStream(w http.ResponseWriter, r *http.Request) bool
+	// Fail answers an upstream failure as the proxy answers its own.
+	Fail(w http.ResponseWriter, r *http.Request, err error)
+	// CountAs records r under route in the request metrics.
+	CountAs(r *http.Request, route string)
+}
+
+// Resolver maps a pod template to the member cluster that runs it.
+// *resolver.Resolver implements it.
+type Resolver interface {
+	Resolve(ctx context.Context, namespace, pod string) (cluster string, err error)
+}
+
+// Options configures a Merger.
+type Options struct {
+	// Gateway is the proxy the merge reads through. Required.
+	Gateway Gateway
+	// Resolver places pods. Required.
+	Resolver Resolver
+	// Metrics receives member_events_unavailable_total; nil records into a
+	// private registry.
+	Metrics *metrics.Metrics
+}
+
+// Merger answers pod-scoped core/v1 events lists and watches with
+// karmada-apiserver's events and the member cluster's merged. It implements
+// the proxy's EventsMerger.
+type Merger struct {
+	gw       Gateway
+	resolver Resolver
+	metrics  *metrics.Metrics
+	// eventCursors lets merged event watches resume exactly (watch.go).
+	eventCursors     *eventCursors
+	eventWatchTiming eventWatchTiming
+}
+
+// New builds a Merger from opts.
+func New(opts Options) (*Merger, error) {
+	if opts.Gateway == nil || opts.Resolver == nil {
+		return nil, errors.New("memberevents: a Gateway and a Resolver are required")
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New(prometheus.NewRegistry())
+	}
+	return &Merger{
+		gw: opts.Gateway, resolver: opts.Resolver, metrics: opts.Metrics,
+		eventCursors: newEventCursors(), eventWatchTiming: defaultEventWatchTiming,
+	}, nil
+}
+
+// Claims reports whether r is a request the merge answers (see
+// parseEventsRequest); the proxy passes every other one through.
+func (mg *Merger) Claims(r *http.Request) bool {
+	_, ok := parseEventsRequest(r)
+	return ok
+}
+
+// ServeHTTP merges the member cluster's events for a federated pod into
+// karmada-apiserver's events list or watch.
+func (mg *Merger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	er, ok := parseEventsRequest(r)
+	if !ok {
+		mg.gw.PassThrough(w, r)
+		return
+	}
+	em := &eventsMerge{eventsRequest: er, r: r}
+	if er.Watch {
+		mg.gw.CountAs(r, metrics.RouteEvents)
+		mg.serveEventsWatch(w, em)
+		return
+	}
+	mg.serveEventsList(w, em)
+}
 
 // maxEventListBytes bounds each event list read for a merge.
 const maxEventListBytes = 32 << 20
@@ -181,100 +274,44 @@ func acceptsPlainJSON(accept []string) bool {
 	return json || ranges == 0
 }
 
-// routeEvents sends pod-scoped core/v1 events lists and watches to merge
-// and everything else on.
-func routeEvents(merge http.HandlerFunc) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, ok := parseEventsRequest(r); ok {
-				merge(w, r)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-// eventsMerge is one merged events request: what it asks, and whose
-// credentials the gateway's reads for it carry.
+// eventsMerge is one merged events request: what it asks, and the request
+// itself, on whose behalf the Gateway reads.
 type eventsMerge struct {
 	eventsRequest
 	r *http.Request
-	// karmada reads karmada-apiserver's events and the pod template, as
-	// passthrough would send the request.
-	karmada upstreamIdentity
 }
 
-// serveEvents merges the member cluster's events for a federated pod into
-// karmada-apiserver's events list or watch.
-func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	er, ok := parseEventsRequest(r)
-	if !ok {
-		p.servePassthrough(w, r)
-		return
-	}
-	id, err := p.passthroughIdentity(ctx, r)
-	if err != nil {
-		writeStatus(w, err)
-		return
-	}
-	stateFrom(ctx).certVerified = id.certVerified
-	em := &eventsMerge{eventsRequest: er, r: r, karmada: id}
-	if er.Watch {
-		stateFrom(ctx).route = metrics.RouteEvents
-		p.serveEventsWatch(w, em)
-		return
-	}
-	p.serveEventsList(w, em)
-}
-
-// memberIdentity is how the member's events are read: with the caller's
-// headers in passthrough mode, so the member's RBAC for the caller
-// applies; in authorize mode with the gateway's identity, each read
-// allowed first by the Authorizer as verb (list or watch) on events in the
-// namespace in karmada-apiserver, so callers keep the RBAC they have there
-// and need nothing in members.
-func (p *Proxy) memberIdentity(em *eventsMerge, verb string) upstreamIdentity {
-	if p.authMode != AuthAuthorize {
-		return upstreamIdentity{}
-	}
-	return upstreamIdentity{
-		gateway:    true,
-		editHeader: StripIdentityHeaders,
-		authorize: func(ctx context.Context) error {
-			_, err := p.authorizer.AuthorizeResource(ctx, em.r, ResourceRequest{
-				Namespace: em.Namespace, Verb: verb, Resource: "events",
-			})
-			return err
-		},
-	}
+// eventsAccess is what a read of the member's events for em is allowed as
+// in authorize mode (Gateway.GetAuthorized): verb (list or watch) on events
+// in the namespace, in karmada-apiserver.
+func eventsAccess(em *eventsMerge, verb string) identity.ResourceRequest {
+	return identity.ResourceRequest{Namespace: em.Namespace, Verb: verb, Resource: "events"}
 }
 
 // serveEventsList answers a list. Every step that cannot merge falls back to
 // karmada-apiserver's answer (pod not placed, or a non-200 from
 // karmada-apiserver, relayed as is); a member that cannot be read is
 // reported in a Warning header while karmada's events are still returned.
-func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
+func (mg *Merger) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 	r, er := em.r, em.eventsRequest
 	ctx := r.Context()
 	logger := klog.FromContext(ctx).WithValues("namespace", er.Namespace, "pod", er.Pod)
-	cluster, err := p.resolver.Resolve(ctx, er.Namespace, er.Pod)
+	cluster, err := mg.resolver.Resolve(ctx, er.Namespace, er.Pod)
 	if err != nil || len(validation.IsDNS1123Label(cluster)) > 0 {
 		// Events of pods that are not placed are Karmada's own. The caller
 		// was authenticated already (authorize mode, certificate callers).
-		p.forwardAs(w, r, em.karmada)
+		mg.gw.PassThrough(w, r)
 		return
 	}
-	stateFrom(ctx).route = metrics.RouteEvents
+	mg.gw.CountAs(r, metrics.RouteEvents)
 
 	// The member's side (the template and the member's list, through two
 	// hops) is read while karmada-apiserver answers, not after: it is most
 	// of the merge's latency. A first page of several discards it.
 	members := make(chan memberEvents, 1)
-	go func() { members <- p.listMemberEvents(ctx, em, cluster) }()
+	go func() { members <- mg.listMemberEvents(ctx, em, cluster) }()
 
-	list, res := p.listKarmadaEvents(w, em, r.URL.RawQuery)
+	list, res := mg.listKarmadaEvents(w, em, r.URL.RawQuery)
 	if list == nil {
 		return
 	}
@@ -286,21 +323,21 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 		m := <-members
 		if m.err != nil {
 			logger.V(2).Info("Member events unavailable", "cluster", cluster, "err", m.err)
-			p.metrics.MemberEventsUnavailableTotal.WithLabelValues(cluster).Inc()
+			mg.metrics.MemberEventsUnavailableTotal.WithLabelValues(cluster).Inc()
 			warning = memberUnavailableMessage(cluster, m.err)
 		}
 		for i := range m.items {
 			m.items[i].ResourceVersion = list.ResourceVersion
 		}
 		list.Items = append(list.Items, m.items...)
-		p.eventCursors.remember(er, list.ResourceVersion, m.cursor)
+		mg.eventCursors.remember(er, list.ResourceVersion, m.cursor)
 	}
 	out, err := json.Marshal(list)
 	if err != nil {
-		p.handleError(w, r, err)
+		mg.gw.Fail(w, r, err)
 		return
 	}
-	copyHeader(w.Header(), res.Header)
+	apiresponse.CopyHeader(w.Header(), res.Header)
 	w.Header().Del("Content-Length")
 	w.Header().Set("Content-Type", "application/json")
 	if warning != "" {
@@ -314,21 +351,21 @@ func (p *Proxy) serveEventsList(w http.ResponseWriter, em *eventsMerge) {
 // cannot, or karmada-apiserver answers what the gateway does not merge into
 // (a refusal, a body that is not an EventList), it answers w itself, that
 // answer relayed as is, and returns a nil list.
-func (p *Proxy) listKarmadaEvents(w http.ResponseWriter, em *eventsMerge, rawQuery string) (*corev1.EventList, *http.Response) {
-	res, err := p.get(em.r.Context(), em.r, em.karmada, em.r.URL.EscapedPath()+"?"+rawQuery)
+func (mg *Merger) listKarmadaEvents(w http.ResponseWriter, em *eventsMerge, rawQuery string) (*corev1.EventList, *http.Response) {
+	res, err := mg.gw.Get(em.r.Context(), em.r, em.r.URL.EscapedPath()+"?"+rawQuery, "application/json")
 	if err != nil {
-		p.handleError(w, em.r, err)
+		mg.gw.Fail(w, em.r, err)
 		return nil, nil
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
 	if err != nil {
-		p.handleError(w, em.r, err)
+		mg.gw.Fail(w, em.r, err)
 		return nil, nil
 	}
 	var list corev1.EventList
 	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
-		relayResponse(w, res, body)
+		apiresponse.Relay(w, res, body)
 		return nil, nil
 	}
 	return &list, res
@@ -336,15 +373,6 @@ func (p *Proxy) listKarmadaEvents(w http.ResponseWriter, em *eventsMerge, rawQue
 
 func memberUnavailableMessage(cluster string, err error) string {
 	return fmt.Sprintf("member events from %s unavailable: %v", cluster, err)
-}
-
-// relayResponse writes an upstream answer the gateway does not merge into
-// as it came.
-func relayResponse(w http.ResponseWriter, res *http.Response, body []byte) {
-	copyHeader(w.Header(), res.Header)
-	w.Header().Del("Content-Length")
-	w.WriteHeader(res.StatusCode)
-	_, _ = w.Write(body)
 }
 
 // memberEvents is the member's side of a merged list.
@@ -359,17 +387,17 @@ type memberEvents struct {
 // resourceVersion, with where the member stood: remembered for the
 // karmada-apiserver resourceVersion they are given, a watch from it
 // continues the member's events exactly (eventCursors).
-func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster string) memberEvents {
+func (mg *Merger) listMemberEvents(ctx context.Context, em *eventsMerge, cluster string) memberEvents {
 	type template struct {
 		pod *corev1.Pod
 		err error
 	}
 	templates := make(chan template, 1)
 	go func() {
-		pod, err := p.readTemplate(ctx, em)
+		pod, err := mg.readTemplate(ctx, em)
 		templates <- template{pod, err}
 	}()
-	list, listErr := p.readMemberEvents(ctx, em, cluster)
+	list, listErr := mg.readMemberEvents(ctx, em, cluster)
 	t := <-templates
 	switch {
 	case t.err != nil:
@@ -387,14 +415,14 @@ func (p *Proxy) listMemberEvents(ctx context.Context, em *eventsMerge, cluster s
 }
 
 // readMemberEvents lists the member's events for the pod through the
-// cluster proxy, as memberIdentity says.
+// cluster proxy, as eventsAccess says.
 //
 // It asks for protobuf first: decoding a member's events from JSON was most
 // of a merged list's cost, and kube-apiserver serves core types in protobuf
 // through the cluster proxy, which passes Accept on. A member that answers
 // JSON all the same is decoded from JSON.
-func (p *Proxy) readMemberEvents(ctx context.Context, em *eventsMerge, cluster string) (*corev1.EventList, error) {
-	body, err := p.read(ctx, em.r, p.memberIdentity(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), protobufOrJSON)
+func (mg *Merger) readMemberEvents(ctx context.Context, em *eventsMerge, cluster string) (*corev1.EventList, error) {
+	body, err := read(mg.gw.GetAuthorized(ctx, em.r, eventsAccess(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), protobufOrJSON))
 	if err != nil {
 		return nil, err
 	}
@@ -415,13 +443,17 @@ var apiDecoder = scheme.Codecs.UniversalDeserializer()
 // readTemplate reads the pod template the request is about. A nil pod and
 // no error mean the caller pinned another incarnation's UID: the member's
 // events are not about it.
-func (p *Proxy) readTemplate(ctx context.Context, em *eventsMerge) (*corev1.Pod, error) {
+func (mg *Merger) readTemplate(ctx context.Context, em *eventsMerge) (*corev1.Pod, error) {
 	// Only the metadata is read (rewriteMemberEvent needs the UID and the
 	// resourceVersion); decoding a CI pod's spec and status is wasted.
 	var pod struct {
 		metav1.ObjectMeta `json:"metadata"`
 	}
-	if err := p.getJSON(ctx, em.r, em.karmada, "/api/v1/namespaces/"+em.Namespace+"/pods/"+em.Pod, &pod); err != nil {
+	body, err := read(mg.gw.Get(ctx, em.r, "/api/v1/namespaces/"+em.Namespace+"/pods/"+em.Pod, "application/json"))
+	if err == nil {
+		err = json.Unmarshal(body, &pod)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("reading the pod template: %w", err)
 	}
 	if em.UID != "" && types.UID(em.UID) != pod.UID {
@@ -456,55 +488,9 @@ func rewriteMemberEvent(ev *corev1.Event, cluster string, pod *corev1.Pod) {
 	ev.Annotations[MemberClusterAnnotation] = cluster
 }
 
-// upstreamIdentity is whose credentials a request the gateway sends on a
-// client's behalf carries.
-type upstreamIdentity struct {
-	// gateway sends the gateway's own credentials; otherwise the client's
-	// headers go as they came.
-	gateway bool
-	// editHeader, when set, edits the headers copied from the client.
-	editHeader func(http.Header)
-	// authorize, when set, must allow each request before it is sent.
-	authorize func(context.Context) error
-	// certVerified: the Authorizer accepted the client's certificate.
-	certVerified bool
-}
-
-// passthroughIdentity is how servePassthrough sends r: the client's own
-// headers, except in authorize mode for a caller who presented only a
-// client certificate, which cannot be forwarded: the gateway authenticates
-// it and impersonates the caller with its own identity.
-func (p *Proxy) passthroughIdentity(ctx context.Context, r *http.Request) (upstreamIdentity, error) {
-	if p.authMode != AuthAuthorize || hasBearerToken(r) || !hasClientCertificate(r) {
-		return upstreamIdentity{}, nil
-	}
-	caller, err := p.authorizer.Authenticate(ctx, r)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Client certificate not authenticated", "err", err)
-		return upstreamIdentity{}, err
-	}
-	return upstreamIdentity{
-		gateway:      true,
-		certVerified: true,
-		editHeader: func(h http.Header) {
-			StripIdentityHeaders(h)
-			setImpersonation(h, caller)
-		},
-	}, nil
-}
-
-func (p *Proxy) getJSON(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery string, into any) error {
-	body, err := p.read(ctx, r, as, pathAndQuery, "application/json")
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(body, into)
-}
-
-// read GETs pathAndQuery as get does, asking for accept, and returns the
-// body of a 200 answer; any other answer is an error with its message.
-func (p *Proxy) read(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery, accept string) ([]byte, error) {
-	res, err := p.getAccepting(ctx, r, as, pathAndQuery, accept)
+// read returns the body of a 200 answer to a GET; any other answer is an
+// error with its message.
+func read(res *http.Response, err error) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -517,36 +503,6 @@ func (p *Proxy) read(ctx context.Context, r *http.Request, as upstreamIdentity, 
 		return nil, fmt.Errorf("HTTP %d: %s", res.StatusCode, statusMessage(body))
 	}
 	return body, nil
-}
-
-// get sends a GET for pathAndQuery below the upstream on r's behalf, as as
-// says, asking for JSON. The client's headers are copied but for hop-by-hop
-// ones and Accept-Encoding (the gateway reads the body itself).
-func (p *Proxy) get(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery string) (*http.Response, error) {
-	return p.getAccepting(ctx, r, as, pathAndQuery, "application/json")
-}
-
-// getAccepting is get asking for accept.
-func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery, accept string) (*http.Response, error) {
-	if as.authorize != nil {
-		if err := as.authorize(ctx); err != nil {
-			return nil, err
-		}
-	}
-	target := p.upstream.base.String() + pathAndQuery
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header = r.Header.Clone()
-	for _, h := range []string{"Connection", "Upgrade", "Te", "Trailer", "Transfer-Encoding", "Keep-Alive", "Proxy-Connection", "Accept-Encoding", "Content-Length"} {
-		req.Header.Del(h)
-	}
-	req.Header.Set("Accept", accept)
-	if as.editHeader != nil {
-		as.editHeader(req.Header)
-	}
-	return p.upstream.transport(as.gateway, false).RoundTrip(req)
 }
 
 // maxMessageBytes bounds an upstream's message the gateway repeats: it may
@@ -603,14 +559,4 @@ func warningHeader(text string) string {
 		return `299 - "warning text not representable"`
 	}
 	return h
-}
-
-func copyHeader(dst, src http.Header) {
-	for k, v := range src {
-		switch http.CanonicalHeaderKey(k) {
-		case "Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length":
-			continue
-		}
-		dst[k] = append([]string(nil), v...)
-	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package memberevents
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 )
 
 // eventWatchTiming tunes merged event watches; tests shorten it.
@@ -117,10 +119,10 @@ func (e *eventCursors) lookup(er eventsRequest, karmadaRV string) (memberCursor,
 // (timeoutSeconds included); member watches are re-established behind it,
 // and a member that cannot be read is reported in the stream as a Warning
 // event with reason MemberEventsUnavailable.
-func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
+func (mg *Merger) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	r, er := em.r, em.eventsRequest
 	ctx := r.Context()
-	if !p.holdStream(w, r, stateFrom(ctx)) {
+	if !mg.gw.HoldStream(w, r) {
 		return
 	}
 
@@ -131,7 +133,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	startRV := er.ResourceVersion
 	if !er.SendInitialEvents && (startRV == "" || startRV == "0") {
 		watchQuery := r.URL.Query()
-		list, _ := p.listKarmadaEvents(w, em, url.Values{"fieldSelector": watchQuery["fieldSelector"]}.Encode())
+		list, _ := mg.listKarmadaEvents(w, em, url.Values{"fieldSelector": watchQuery["fieldSelector"]}.Encode())
 		if list == nil {
 			return
 		}
@@ -139,27 +141,27 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 		watchQuery.Set("resourceVersion", startRV)
 		rawQuery = watchQuery.Encode()
 	}
-	res, err := p.get(ctx, r, em.karmada, r.URL.EscapedPath()+"?"+rawQuery)
+	res, err := mg.gw.Get(ctx, r, r.URL.EscapedPath()+"?"+rawQuery, "application/json")
 	if err != nil {
-		p.handleError(w, r, err)
+		mg.gw.Fail(w, r, err)
 		return
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, maxEventListBytes))
-		relayResponse(w, res, body)
+		apiresponse.Relay(w, res, body)
 		return
 	}
 
-	m := &mergedWatch{p: p, w: w, er: er, karmadaRV: startRV}
+	m := &mergedWatch{mg: mg, w: w, er: er, karmadaRV: startRV}
 	var start memberCursor
 	if !er.SendInitialEvents && er.ResourceVersion != "" && er.ResourceVersion != "0" {
-		if c, ok := p.eventCursors.lookup(er, er.ResourceVersion); ok {
+		if c, ok := mg.eventCursors.lookup(er, er.ResourceVersion); ok {
 			start = c
 			m.memberCursor = c
 		}
 	}
-	copyHeader(w.Header(), res.Header)
+	apiresponse.CopyHeader(w.Header(), res.Header)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if !m.flush() { // the client learns the watch is open even with nothing to send
@@ -176,7 +178,7 @@ func (p *Proxy) serveEventsWatch(w http.ResponseWriter, em *eventsMerge) {
 	karmadaEvents := make(chan karmadaWatchEvent)
 	go readKarmadaWatch(ctx, res.Body, karmadaEvents)
 	memberMsgs := make(chan memberMsg, 16)
-	mw := &memberEventWatch{p: p, em: em, out: memberMsgs, seen: map[string]string{}}
+	mw := &memberEventWatch{mg: mg, em: em, out: memberMsgs, seen: map[string]string{}}
 	go mw.run(ctx, start)
 	m.serve(ctx, karmadaEvents, memberMsgs)
 }
@@ -216,7 +218,7 @@ func readKarmadaWatch(ctx context.Context, body io.Reader, out chan<- karmadaWat
 // resourceVersion stamped on member events and the cursors it remembers
 // follow the order the client reads.
 type mergedWatch struct {
-	p  *Proxy
+	mg *Merger
 	w  http.ResponseWriter
 	er eventsRequest
 	// karmadaRV is the resourceVersion of the latest karmada event written
@@ -258,7 +260,7 @@ func (m *mergedWatch) serve(ctx context.Context, karmadaEvents <-chan karmadaWat
 			}
 			if rv != "" && rv != m.karmadaRV {
 				m.karmadaRV = rv
-				m.p.eventCursors.remember(m.er, rv, m.memberCursor)
+				m.mg.eventCursors.remember(m.er, rv, m.memberCursor)
 			}
 		case msg := <-members:
 			if !m.writeMember(msg) {
@@ -359,13 +361,13 @@ type memberMsg struct {
 var errMemberGone = errors.New("member resourceVersion too old")
 
 // memberEventWatch follows the pod's events in the member cluster it
-// resolves to, through the cluster proxy (memberIdentity): it
+// resolves to, through the cluster proxy (GetAuthorized): it
 // waits for the pod to be placed, lists what it has not sent yet, watches,
 // re-establishes the watch when it ends, lists again when the member
 // forgot its resourceVersion, and moves along when the pod moves to
 // another cluster.
 type memberEventWatch struct {
-	p   *Proxy
+	mg  *Merger
 	em  *eventsMerge
 	out chan<- memberMsg
 	// seen is what was sent, by cluster/uid: its resourceVersion.
@@ -380,14 +382,14 @@ type memberEventWatch struct {
 
 func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 	logger := klog.FromContext(ctx).WithValues("namespace", m.em.Namespace, "pod", m.em.Pod)
-	timing := m.p.eventWatchTiming
+	timing := m.mg.eventWatchTiming
 	newBackoff := func() wait.Backoff {
 		return wait.Backoff{Duration: timing.retryBase, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: timing.retryCap}
 	}
 	backoff := newBackoff()
 	var template *corev1.Pod
 	for ctx.Err() == nil {
-		cluster, err := m.p.resolver.Resolve(ctx, m.em.Namespace, m.em.Pod)
+		cluster, err := m.mg.resolver.Resolve(ctx, m.em.Namespace, m.em.Pod)
 		if err != nil || len(validation.IsDNS1123Label(cluster)) > 0 {
 			// Not placed (yet): the member part of the initial state is empty.
 			m.markSynced(ctx)
@@ -397,7 +399,7 @@ func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 			continue
 		}
 		if template == nil || cursor.cluster != cluster {
-			template, err = m.p.readTemplate(ctx, m.em)
+			template, err = m.mg.readTemplate(ctx, m.em)
 			if err != nil {
 				m.reportFailure(ctx, logger, cluster, template, err)
 				if !sleepCtx(ctx, backoff.Step()) {
@@ -454,7 +456,7 @@ func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 // list sends the member's events for the pod that were not sent yet, or
 // changed since, and returns the list's resourceVersion.
 func (m *memberEventWatch) list(ctx context.Context, cluster string, template *corev1.Pod) (string, error) {
-	list, err := m.p.readMemberEvents(ctx, m.em, cluster)
+	list, err := m.mg.readMemberEvents(ctx, m.em, cluster)
 	if err != nil {
 		return "", err
 	}
@@ -489,7 +491,7 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 	path := memberEventsPath(cursor.cluster, m.em.eventsRequest, url.Values{
 		"watch": {"true"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {cursor.resourceVersion},
 	})
-	res, err := m.p.get(ctx, m.em.r, m.p.memberIdentity(m.em, "watch"), path)
+	res, err := m.mg.gw.GetAuthorized(ctx, m.em.r, eventsAccess(m.em, "watch"), path, "application/json")
 	if err != nil {
 		return cursor, err
 	}
@@ -546,14 +548,14 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 // cluster, so failover is followed without waiting for the member to end
 // the watch.
 func (m *memberEventWatch) cancelOnMove(ctx context.Context, cancel context.CancelFunc, cluster string) {
-	t := time.NewTicker(m.p.eventWatchTiming.placementCheck)
+	t := time.NewTicker(m.mg.eventWatchTiming.placementCheck)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if c, err := m.p.resolver.Resolve(ctx, m.em.Namespace, m.em.Pod); err != nil || c != cluster {
+			if c, err := m.mg.resolver.Resolve(ctx, m.em.Namespace, m.em.Pod); err != nil || c != cluster {
 				cancel()
 				return
 			}
@@ -576,7 +578,7 @@ func (m *memberEventWatch) reportFailure(ctx context.Context, logger klog.Logger
 		return
 	}
 	m.outage = true
-	m.p.metrics.MemberEventsUnavailableTotal.WithLabelValues(cluster).Inc()
+	m.mg.metrics.MemberEventsUnavailableTotal.WithLabelValues(cluster).Inc()
 	now := metav1.Now()
 	typ := watch.Modified
 	if m.unavailable == nil {

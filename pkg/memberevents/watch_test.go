@@ -1,4 +1,4 @@
-package proxy
+package memberevents
 
 import (
 	"context"
@@ -25,8 +25,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // Lines a test feeds into a fake watch that are not events.
@@ -122,7 +125,7 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	isWatch := r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1"
 	if r.URL.Path == "/api/v1/namespaces/ci/pods/build" {
-		writeJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
+		proxytest.WriteJSON(w, http.StatusOK, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "ci", UID: templateUID, ResourceVersion: "4600"}})
 		return
 	}
 	if r.URL.Path == "/api/v1/namespaces/ci/events" {
@@ -149,11 +152,11 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func serveFakeEvents(w http.ResponseWriter, r *http.Request, isWatch bool, code int, list *corev1.EventList, lines <-chan string) {
 	switch {
 	case code != 0:
-		writeJSON(w, code, forbiddenStatus())
+		proxytest.WriteJSON(w, code, forbiddenStatus())
 	case isWatch:
 		streamLines(w, r, lines)
 	default:
-		writeJSON(w, http.StatusOK, list)
+		proxytest.WriteJSON(w, http.StatusOK, list)
 	}
 }
 
@@ -206,7 +209,7 @@ func (m *movingResolver) place(cluster string) {
 }
 
 // watchGateway serves a proxy with fast event-watch timing in front of api.
-func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts Options) (*httptest.Server, *Proxy) {
+func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts proxy.Options) (*httptest.Server, *Merger) {
 	t.Helper()
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
@@ -215,12 +218,11 @@ func watchGateway(t *testing.T, api *fakeWatchAPI, res Resolver, opts Options) (
 	}
 	opts.Upstream.Host = up.URL
 	opts.Resolver = res
-	opts.MergeMemberEvents = true
-	p := newTestProxy(t, opts)
-	p.eventWatchTiming = eventWatchTiming{resolvePoll: 10 * time.Millisecond, placementCheck: 10 * time.Millisecond, retryBase: 10 * time.Millisecond, retryCap: 50 * time.Millisecond}
+	p, mg := newTestProxy(t, opts, true)
+	mg.eventWatchTiming = eventWatchTiming{resolvePoll: 10 * time.Millisecond, placementCheck: 10 * time.Millisecond, retryBase: 10 * time.Millisecond, retryCap: 50 * time.Millisecond}
 	gw := httptest.NewServer(p)
 	t.Cleanup(gw.Close)
-	return gw, p
+	return gw, mg
 }
 
 // watchClient reads a merged watch as client-go would.
@@ -334,7 +336,7 @@ func wantMemberEvent(t *testing.T, got watchResult, typ, cluster, name, rv strin
 func TestEventsWatchMergesMemberEvents(t *testing.T) {
 	api := newFakeWatchAPI()
 	m := metrics.New(prometheus.NewRegistry())
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{Metrics: m})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{Metrics: m})
 	// GitLab Runner's pod events watch: no resourceVersion.
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	if w.res.StatusCode != http.StatusOK || w.res.Header.Get("Content-Type") != "application/json" {
@@ -378,7 +380,7 @@ func TestEventsWatchMergesMemberEvents(t *testing.T) {
 // answer, which must be 200.
 func listEvents(t *testing.T, gw *httptest.Server, header http.Header) (*corev1.EventList, *http.Response) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, gw.URL+eventsTarget("involvedObject.name=build", ""), nil)
+	req, _ := http.NewRequest(http.MethodGet, gw.URL+proxytest.EventsTarget("involvedObject.name=build", ""), nil)
 	req.Header = header
 	res, err := gw.Client().Do(req)
 	if err != nil {
@@ -405,7 +407,7 @@ func urls(reqs []*http.Request) []string {
 // resourceVersion this gateway never handed out replays them.
 func TestEventsWatchResumes(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	list, _ := listEvents(t, gw, http.Header{})
 	if len(list.Items) != 2 || list.ResourceVersion != karmadaRV {
 		t.Fatalf("merged list: %+v", list)
@@ -435,7 +437,7 @@ func TestEventsWatchResumes(t *testing.T) {
 func TestEventsWatchFollowsPlacement(t *testing.T) {
 	api := newFakeWatchAPI()
 	res := &movingResolver{}
-	gw, _ := watchGateway(t, api, res, Options{})
+	gw, _ := watchGateway(t, api, res, proxy.Options{})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 
@@ -455,7 +457,7 @@ func TestEventsWatchReportsMemberFailure(t *testing.T) {
 	api := newFakeWatchAPI()
 	api.member("member1").code = http.StatusForbidden
 	m := metrics.New(prometheus.NewRegistry())
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{Metrics: m})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{Metrics: m})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 
@@ -486,7 +488,7 @@ func TestEventsWatchReportsMemberFailure(t *testing.T) {
 // followed by a list that sends only what changed.
 func TestEventsWatchRelistsWhenMemberForgets(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
@@ -511,7 +513,7 @@ func TestEventsWatchRelistsWhenMemberForgets(t *testing.T) {
 // state, stamped with its resourceVersion.
 func TestEventsWatchListInitialEvents(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	const q = "fieldSelector=involvedObject.name%3Dbuild&watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	w := openWatch(t, gw, q)
 	api.karmadaWatch <- eventLine("ADDED", testEvent("build.karmada", "4700", templateUID, "Scheduled"))
@@ -536,7 +538,7 @@ func TestEventsWatchListInitialEvents(t *testing.T) {
 // client as an aborted response, never as a clean end.
 func TestEventsWatchCutIsReported(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 	api.karmadaWatch <- cutStream
@@ -564,13 +566,13 @@ func TestEventsWatchRefusalsRelayed(t *testing.T) {
 		t.Run(tc.refuse, func(t *testing.T) {
 			api := newFakeWatchAPI()
 			api.karmadaCode[tc.refuse] = http.StatusForbidden
-			gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{})
+			gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{})
 			w := openWatch(t, gw, tc.query)
 			body, _ := io.ReadAll(w.res.Body)
 			if w.res.StatusCode != http.StatusForbidden {
 				t.Fatalf("status %d, want 403; body %s", w.res.StatusCode, body)
 			}
-			if st := decodeStatus(t, w.res.Header.Get("Content-Type"), body); st.Reason != metav1.StatusReasonForbidden {
+			if st := proxytest.DecodeStatus(t, w.res.Header.Get("Content-Type"), body); st.Reason != metav1.StatusReasonForbidden {
 				t.Fatalf("Status = %+v", st)
 			}
 			if n := len(api.requests(karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events"))); n != 0 {
@@ -584,7 +586,7 @@ func TestEventsWatchRefusalsRelayed(t *testing.T) {
 // limits like any watch.
 func TestEventsWatchHoldsAStreamSlot(t *testing.T) {
 	api := newFakeWatchAPI()
-	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{MaxStreamsPerClient: 1})
+	gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{MaxStreamsPerClient: 1})
 	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 	second := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
@@ -600,10 +602,10 @@ func TestEventsWatchHoldsAStreamSlot(t *testing.T) {
 // member that cannot be read.
 func TestEventsAuthorizeMode(t *testing.T) {
 	memberPath := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
-	gatewayFor := func(t *testing.T, authz *fakeAuthorizer) (*httptest.Server, *fakeWatchAPI) {
+	gatewayFor := func(t *testing.T, authz *proxytest.Authorizer) (*httptest.Server, *fakeWatchAPI) {
 		api := newFakeWatchAPI()
-		gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, Options{
-			Upstream: &rest.Config{BearerToken: "gateway-token"}, AuthMode: AuthAuthorize, Authorizer: authz,
+		gw, _ := watchGateway(t, api, &movingResolver{cluster: "member1"}, proxy.Options{
+			Upstream: &rest.Config{BearerToken: "gateway-token"}, AuthMode: proxy.AuthAuthorize, Authorizer: authz,
 		})
 		return gw, api
 	}
@@ -622,7 +624,7 @@ func TestEventsAuthorizeMode(t *testing.T) {
 	}
 
 	t.Run("list allowed", func(t *testing.T) {
-		authz := &fakeAuthorizer{caller: Caller{Name: "runner"}}
+		authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "runner"}}
 		gw, api := gatewayFor(t, authz)
 		list, _ := listEvents(t, gw, http.Header{"Authorization": {"Bearer caller-token"}, "Impersonate-User": {"someone-else"}})
 		if len(list.Items) != 2 || list.Items[1].Annotations[MemberClusterAnnotation] != "member1" {
@@ -632,15 +634,15 @@ func TestEventsAuthorizeMode(t *testing.T) {
 			t.Fatalf("member requests: %v", urls(api.requests(memberPath)))
 		}
 		checkIdentities(t, api)
-		want := []ResourceRequest{{Namespace: "ci", Verb: "list", Resource: "events"}}
-		if got := authz.authorized; len(got) != 1 || got[0] != want[0] {
+		want := []identity.ResourceRequest{{Namespace: "ci", Verb: "list", Resource: "events"}}
+		if got := authz.Authorized(); len(got) != 1 || got[0] != want[0] {
 			t.Errorf("authorized %+v, want %+v", got, want)
 		}
 	})
 
 	t.Run("list denied", func(t *testing.T) {
 		deny := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", errors.New(`User "runner" cannot list resource "events"`))
-		gw, api := gatewayFor(t, &fakeAuthorizer{deny: deny})
+		gw, api := gatewayFor(t, &proxytest.Authorizer{Deny: deny})
 		_, res := listEvents(t, gw, http.Header{"Authorization": {"Bearer caller-token"}})
 		if w := res.Header.Get("Warning"); res.StatusCode != http.StatusOK || !strings.Contains(w, "member events from member1 unavailable") || !strings.Contains(w, "cannot list resource") {
 			t.Fatalf("status %d, Warning %q", res.StatusCode, w)
@@ -652,15 +654,15 @@ func TestEventsAuthorizeMode(t *testing.T) {
 
 	t.Run("unplaced pod, certificate caller", func(t *testing.T) {
 		// The caller is authenticated once: the karmada-only answer reuses it.
-		authz := &fakeAuthorizer{caller: Caller{Name: "alice"}}
+		authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
 		api := newFakeWatchAPI()
 		up := httptest.NewServer(api)
 		defer up.Close()
-		p := newTestProxy(t, Options{
+		p, _ := newTestProxy(t, proxy.Options{
 			Upstream: &rest.Config{Host: up.URL, BearerToken: "gateway-token"}, Resolver: &movingResolver{},
-			MergeMemberEvents: true, AuthMode: AuthAuthorize, Authorizer: authz,
-		})
-		req := rawRequest(t, http.MethodGet, eventsTarget("involvedObject.name=build", ""), nil, "")
+			AuthMode: proxy.AuthAuthorize, Authorizer: authz,
+		}, true)
+		req := proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", ""), nil, "")
 		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: "alice"}}}}
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
@@ -668,13 +670,13 @@ func TestEventsAuthorizeMode(t *testing.T) {
 		if rec.Code != http.StatusOK || len(reqs) != 1 || reqs[0].Header.Get("Impersonate-User") != "alice" || reqs[0].Header.Get("Authorization") != "Bearer gateway-token" {
 			t.Fatalf("code %d, karmada requests %v", rec.Code, reqs)
 		}
-		if authz.authed != 1 {
-			t.Errorf("the caller was authenticated %d times, want once", authz.authed)
+		if authz.Authed() != 1 {
+			t.Errorf("the caller was authenticated %d times, want once", authz.Authed())
 		}
 	})
 
 	t.Run("watch allowed", func(t *testing.T) {
-		authz := &fakeAuthorizer{caller: Caller{Name: "runner"}}
+		authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "runner"}}
 		gw, api := gatewayFor(t, authz)
 		w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
 		wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
@@ -682,10 +684,8 @@ func TestEventsAuthorizeMode(t *testing.T) {
 		api.member("member1").watch <- eventLine("ADDED", testEvent("build.2", "150", memberUID, "Pulled"))
 		wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.2", karmadaRV)
 		checkIdentities(t, api)
-		authz.mu.Lock()
-		defer authz.mu.Unlock()
 		var verbs []string
-		for _, rr := range authz.authorized {
+		for _, rr := range authz.Authorized() {
 			verbs = append(verbs, rr.Verb)
 		}
 		if strings.Join(verbs, ",") != "list,watch" {

@@ -1,4 +1,4 @@
-package proxy
+package apiresponse
 
 import (
 	"encoding/json"
@@ -10,9 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// statusFor returns err as the Status a client sees: APIStatus errors as they
+// StatusFor returns err as the Status a client sees: APIStatus errors as they
 // are, anything else as 500 InternalError.
-func statusFor(err error) metav1.Status {
+func StatusFor(err error) metav1.Status {
 	var st metav1.Status
 	var apiStatus apierrors.APIStatus
 	if errors.As(err, &apiStatus) {
@@ -31,10 +31,10 @@ func statusFor(err error) metav1.Status {
 	return st
 }
 
-// writeStatus writes err as a metav1.Status JSON body with its HTTP code, so
+// WriteStatus writes err as a metav1.Status JSON body with its HTTP code, so
 // kubectl and client-go report it as they report apiserver errors.
-func writeStatus(w http.ResponseWriter, err error) {
-	st := statusFor(err)
+func WriteStatus(w http.ResponseWriter, err error) {
+	st := StatusFor(err)
 	body, mErr := json.Marshal(st)
 	if mErr != nil {
 		// A Status always marshals; keep the code right if it ever does not.
@@ -51,4 +51,25 @@ func writeStatus(w http.ResponseWriter, err error) {
 	}
 	w.WriteHeader(int(st.Code))
 	_, _ = w.Write(body)
+}
+
+// Relay writes an upstream answer the gateway does not merge into
+// as it came.
+func Relay(w http.ResponseWriter, res *http.Response, body []byte) {
+	CopyHeader(w.Header(), res.Header)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(res.StatusCode)
+	_, _ = w.Write(body)
+}
+
+// CopyHeader copies src's end-to-end headers into dst: hop-by-hop ones and
+// Content-Length, which the writer sets for the body it writes, stay out.
+func CopyHeader(dst, src http.Header) {
+	for k, v := range src {
+		switch http.CanonicalHeaderKey(k) {
+		case "Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length":
+			continue
+		}
+		dst[k] = append([]string(nil), v...)
+	}
 }

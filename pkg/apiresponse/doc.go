@@ -1,0 +1,7 @@
+// Package apiresponse writes what the gateway answers Kubernetes API clients
+// itself: errors as a metav1.Status with their HTTP code (WriteStatus), the
+// form kubectl and client-go report as they report kube-apiserver's, and an
+// upstream answer the gateway read but does not change, relayed as it came
+// (Relay). The proxy and the member-events merge both answer this way; the
+// package depends on neither.
+package apiresponse

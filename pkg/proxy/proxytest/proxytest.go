@@ -1,0 +1,236 @@
+// Package proxytest holds the fakes and helpers that tests of the proxy and
+// of the handlers it hands requests to (pkg/memberevents) share. It imports
+// neither, so both packages' own tests can use it.
+package proxytest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+)
+
+// Cluster is the member cluster a Resolver answers by default in tests.
+const Cluster = "member1"
+
+// Resolver resolves every pod (and, as a ServiceResolver, every Service) to
+// Cluster, or fails with Err.
+type Resolver struct {
+	Cluster string
+	Err     error
+	CallLog
+}
+
+// Resolve implements proxy.Resolver.
+func (s *Resolver) Resolve(_ context.Context, namespace, name string) (string, error) {
+	s.record(namespace + "/" + name)
+	return s.Cluster, s.Err
+}
+
+// ResolveService implements proxy.ServiceResolver.
+func (s *Resolver) ResolveService(ctx context.Context, namespace, name string) (string, error) {
+	return s.Resolve(ctx, namespace, name)
+}
+
+// CallLog records what a fake resolver was asked, as "namespace/name".
+type CallLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *CallLog) record(call string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, call)
+}
+
+// Called is every call so far.
+func (c *CallLog) Called() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.calls...)
+}
+
+// Authorizer allows everything as Caller, unless Deny (or DenyVerb for
+// that verb) says otherwise; Authenticate fails with AuthErr when set.
+type Authorizer struct {
+	Caller  identity.Caller
+	Deny    error
+	AuthErr error
+	// DenyVerb denies only requests with that verb, with its error.
+	DenyVerb map[string]error
+
+	mu         sync.Mutex
+	authorized []identity.ResourceRequest
+	authed     int
+}
+
+// AuthorizeResource implements proxy.Authorizer.
+func (f *Authorizer) AuthorizeResource(_ context.Context, r *http.Request, rr identity.ResourceRequest) (identity.Caller, error) {
+	f.mu.Lock()
+	f.authorized = append(f.authorized, rr)
+	f.mu.Unlock()
+	if f.Deny != nil {
+		return identity.Caller{}, f.Deny
+	}
+	if err := f.DenyVerb[rr.Verb]; err != nil {
+		return identity.Caller{}, err
+	}
+	return f.Caller, nil
+}
+
+// Authenticate implements proxy.Authorizer.
+func (f *Authorizer) Authenticate(_ context.Context, r *http.Request) (identity.Caller, error) {
+	f.mu.Lock()
+	f.authed++
+	f.mu.Unlock()
+	if f.AuthErr != nil {
+		return identity.Caller{}, f.AuthErr
+	}
+	return f.Caller, nil
+}
+
+// Authorized is every request AuthorizeResource was asked about.
+func (f *Authorizer) Authorized() []identity.ResourceRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]identity.ResourceRequest(nil), f.authorized...)
+}
+
+// Authed is how often Authenticate was called.
+func (f *Authorizer) Authed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.authed
+}
+
+// RawRequest parses a request exactly as http.Server does, so the escaped
+// target reaches the proxy byte for byte.
+func RawRequest(t testing.TB, method, target string, header http.Header, body string) *http.Request {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(method + " " + target + " HTTP/1.1\r\nHost: gateway.test\r\n")
+	for k, vs := range header {
+		for _, v := range vs {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	if body != "" {
+		b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
+	}
+	b.WriteString("\r\n" + body)
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(b.String())))
+	if err != nil {
+		t.Fatalf("ReadRequest %q: %v", target, err)
+	}
+	return req
+}
+
+// DecodeStatus decodes a failure Status the gateway answered as JSON, and
+// fails t for anything else.
+func DecodeStatus(t testing.TB, contentType string, body []byte) metav1.Status {
+	t.Helper()
+	if contentType != "application/json" {
+		t.Fatalf("Content-Type = %q, want application/json; body %s", contentType, body)
+	}
+	var st metav1.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("decode Status %s: %v", body, err)
+	}
+	if st.Kind != "Status" || st.APIVersion != "v1" || st.Status != metav1.StatusFailure {
+		t.Fatalf("not a failure Status: %s", body)
+	}
+	return st
+}
+
+// WriteJSON answers code with v as JSON, as kube-apiserver does (with an
+// Audit-Id).
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Audit-Id", "a1")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// EventsTarget is a core/v1 events list of namespace ci with the field
+// selector and extra query (which starts with "&").
+func EventsTarget(selector string, extra string) string {
+	return "/api/v1/namespaces/ci/events?fieldSelector=" + url.QueryEscape(selector) + extra
+}
+
+// Recorded is what an upstream saw of one request.
+type Recorded struct {
+	Method     string
+	RequestURI string
+	Path       string
+	RawPath    string
+	RawQuery   string
+	Host       string
+	Header     http.Header
+	Body       []byte
+	ProtoMajor int
+}
+
+// IsAdmissionCheck reports whether r is passthrough mode's admission check
+// (the proxy's admittedByKarmada): a GET from the watch cache of the pod or
+// Service a rewritten route names.
+func IsAdmissionCheck(r *http.Request) bool {
+	segs := strings.Split(r.URL.Path, "/")
+	segs = segs[max(0, len(segs)-6):] // below the upstream's base path
+	return r.Method == http.MethodGet && r.URL.RawQuery == "resourceVersion=0" && len(segs) == 6 &&
+		segs[0] == "api" && segs[1] == "v1" && segs[2] == "namespaces" && (segs[4] == "pods" || segs[4] == "services")
+}
+
+// Admitting answers admission checks as karmada-apiserver answers them for
+// a caller it admits and hands every other request to next, so an upstream
+// fake sees only the requests its test is about. The checks themselves are
+// TestPassthroughAdmissionCheck's subject.
+func Admitting(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if IsAdmissionCheck(r) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{}}`)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RecordingUpstream answers 200 "ok" and records every request but
+// admission checks, which it admits.
+type RecordingUpstream struct {
+	mu   sync.Mutex
+	reqs []Recorded
+}
+
+func (u *RecordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	Admitting(http.HandlerFunc(u.record)).ServeHTTP(w, r)
+}
+
+func (u *RecordingUpstream) record(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	u.mu.Lock()
+	u.reqs = append(u.reqs, Recorded{
+		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.RawPath,
+		RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(), Body: body, ProtoMajor: r.ProtoMajor,
+	})
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "ok")
+}
+
+func (u *RecordingUpstream) Requests() []Recorded {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]Recorded(nil), u.reqs...)
+}
