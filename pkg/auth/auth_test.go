@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
 func TestNew(t *testing.T) {
@@ -231,8 +230,7 @@ func TestVerbPerSubresource(t *testing.T) {
 			for _, v := range tc.verbs {
 				env.api.grant(rule("alice", v, "", "pods/"+tc.sub, "ci", "job-42"))
 			}
-			pr := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: tc.sub}
-			for _, rr := range pr.ResourceRequests(tc.method) {
+			for _, rr := range identity.PodStreamRequests(tc.method, "ci", "job-42", tc.sub) {
 				if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), rr); err != nil {
 					t.Fatalf("AuthorizeResource %+v: %v", rr, err)
 				}
@@ -258,7 +256,7 @@ func TestCache(t *testing.T) {
 		rule("alice", "create", "", "pods/exec", "ci", "job-42"),
 		rule("alice", "get", "", "pods/log", "ci", "job-42"),
 	)
-	logJob42 := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequests(http.MethodGet)[0]
+	logJob42 := identity.PodStreamRequests(http.MethodGet, "ci", "job-42", "log")[0]
 	call := func(token string, rr identity.ResourceRequest) error {
 		t.Helper()
 		_, err := env.authz.AuthorizeResource(ctx, newRequest(bearer(token), nil), rr)
@@ -366,7 +364,7 @@ func TestCacheBound(t *testing.T) {
 	const size = 16
 	env := newTestEnv(t, func(o *Options) { o.MaxCacheEntries = size })
 	pod := func(i int) identity.ResourceRequest {
-		return proxy.PodRequest{Namespace: "ci", Name: fmt.Sprintf("job-%d", i), Subresource: "exec"}.ResourceRequests(http.MethodPost)[0]
+		return identity.PodStreamRequests(http.MethodPost, "ci", fmt.Sprintf("job-%d", i), "exec")[0]
 	}
 	for i := range 200 {
 		env.api.grant(rule("alice", "create", "", "pods/exec", "ci", pod(i).Name))

@@ -10,5 +10,11 @@
 // It also holds the two values authorize mode passes between the proxy and
 // pkg/auth: Caller, who a request was authenticated as, and ResourceRequest,
 // what the caller is authorized for. Defining them here, below both, keeps
-// pkg/auth and pkg/proxy from importing each other.
+// pkg/auth and pkg/proxy from importing each other. What kube-apiserver would
+// authorize a request as is derived here too (attributes.go), as its
+// RequestInfo derives it: the verb from the method, and create as well for a
+// GET of exec, attach or portforward (PodStreamRequests), or the verb on
+// pods/proxy and services/proxy named by the whole {name} segment
+// (ProxySubresourceRequest). The proxy parses the path; this package says
+// what a parsed request is to RBAC.
 package identity

@@ -24,7 +24,8 @@
 //     same strict parse applies to the prefix; <rest> may carry escapes but
 //     no segment that is or decodes to a dot segment. Authorize mode
 //     authorizes the verb kube-apiserver derives from the method on
-//     pods/proxy (services/proxy), named by the whole segment.
+//     pods/proxy (services/proxy), named by the whole segment
+//     (identity.ProxySubresourceRequest).
 //   - Hand-off (handoff.go): requests an EventsMerger (Options.Events,
 //     pkg/memberevents) claims go to it once their passthrough identity is
 //     known; it reaches upstream only through the Proxy's exported methods,
@@ -65,7 +66,7 @@
 //     nothing about placement. Nothing is cached.
 //   - Authorize mode (pkg/identity on the wire): rewritten routes are authorized by the
 //     Authorizer with the verbs kube-apiserver checks for the method
-//     (PodRequest.ResourceRequests: GET of exec, attach and portforward needs
+//     (identity.PodStreamRequests: GET of exec, attach and portforward needs
 //     get and create) and sent with the gateway's identity after every client
 //     identity header is removed; passthrough routes keep bearer callers'
 //     headers, and x509 callers are impersonated by the gateway.

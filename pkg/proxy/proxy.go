@@ -251,7 +251,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
-		for _, rr := range pr.ResourceRequests(r.Method) {
+		for _, rr := range identity.PodStreamRequests(r.Method, pr.Namespace, pr.Name, pr.Subresource) {
 			if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
 				return
 			}
