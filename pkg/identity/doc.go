@@ -3,9 +3,11 @@
 // bearer token in Authorization (BearerToken, HasBearerToken), the WebSocket
 // bearer subprotocol browsers use instead (WebSocketBearerToken, read as
 // kube-apiserver reads it, and WebSocketBearerEntry, a key for it), client
-// certificates (HasClientCertificate), the impersonation headers the gateway
-// sets to act as a caller (SetImpersonation), and every header through which
-// a client could claim an identity upstream (StripHeaders).
+// certificates (HasClientCertificate), the key the stream limiter counts a
+// client under, derived from its credential and never holding it
+// (ClientKey), the impersonation headers the gateway sets to act as a caller
+// (SetImpersonation), and every header through which a client could claim
+// an identity upstream (StripHeaders).
 //
 // It also holds the two values authorize mode passes between the proxy and
 // pkg/auth: Caller, who a request was authenticated as, and ResourceRequest,

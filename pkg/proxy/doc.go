@@ -73,9 +73,9 @@
 //   - Limits (limit.go): streams (isStreamRequest, decided for every request
 //     before routing: any Upgrade, watch or follow on any path, /watch/
 //     paths, pods/services/nodes proxy, below cluster proxies too) hold a slot of
-//     MaxStreams and of MaxStreamsPerClient for the client's identity (a
-//     SHA-256 of its bearer token, a certificate subject the Authorizer
-//     verified, else its IP) for as long as they stream; over either limit
+//     MaxStreams and of MaxStreamsPerClient for the client's identity
+//     (identity.ClientKey: a SHA-256 of its bearer token, a certificate
+//     subject the Authorizer verified, else its IP) for as long as they stream; over either limit
 //     the client gets 429 with Retry-After before anything goes upstream.
 //   - Drain: Shutdown refuses new requests with 503 and waits for in-flight
 //     ones, including hijacked streams http.Server.Shutdown does not track;

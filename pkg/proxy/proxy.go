@@ -69,7 +69,7 @@ type Options struct {
 	// classifies every request before routing (any Upgrade, watch or follow
 	// on any path, pods/services/nodes proxy, also below the cluster proxy);
 	// MaxStreamsPerClient bounds them per client identity (see
-	// clientIdentity). A request over either limit gets 429 before anything
+	// identity.ClientKey). A request over either limit gets 429 before anything
 	// is sent upstream. 0 is unlimited.
 	MaxStreams          int
 	MaxStreamsPerClient int
