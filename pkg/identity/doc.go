@@ -6,8 +6,9 @@
 // certificates (HasClientCertificate), the key the stream limiter counts a
 // client under, derived from its credential and never holding it
 // (ClientKey), the impersonation headers the gateway sets to act as a caller
-// (SetImpersonation), and every header through which a client could claim
-// an identity upstream (StripHeaders).
+// (SetImpersonation), every header through which a client could claim an
+// identity upstream (StripHeaders), and a caller's credentials carried on a
+// plain request made on its behalf (PlainRequestHeader).
 //
 // It also holds the two values authorize mode passes between the proxy and
 // pkg/auth: Caller, who a request was authenticated as, and ResourceRequest,

@@ -61,7 +61,8 @@
 //     answers from caches, so before a rewritten route resolves anything in
 //     passthrough mode, karmada-apiserver judges the caller: a GET of the
 //     pod or Service from its watch cache with the caller's own credentials
-//     and identity headers (a WebSocket subprotocol token as Authorization).
+//     and identity headers (a WebSocket subprotocol token as Authorization,
+//     identity.PlainRequestHeader).
 //     Any answer but 200 is relayed as it came, so a caller it refuses learns
 //     nothing about placement. Nothing is cached.
 //   - Authorize mode (pkg/identity on the wire): rewritten routes are authorized by the
