@@ -209,43 +209,34 @@ func TestForbiddenStatusDetails(t *testing.T) {
 }
 
 // TestVerbPerSubresource: the SubjectAccessReviews of a pod subresource
-// request carry the verbs kube-apiserver checks for its method, in order.
+// request carry the verbs kube-apiserver checks for its method, in order
+// (which verbs those are is pkg/identity's TestPodStreamRequests).
 func TestVerbPerSubresource(t *testing.T) {
-	tests := []struct {
-		method, sub string
-		verbs       []string
-	}{
-		{"POST", "exec", []string{"create"}},
-		{"GET", "exec", []string{"get", "create"}},
-		{"POST", "attach", []string{"create"}},
-		{"GET", "attach", []string{"get", "create"}},
-		{"POST", "portforward", []string{"create"}},
-		{"GET", "portforward", []string{"get", "create"}},
-		{"GET", "log", []string{"get"}},
-		{"POST", "log", []string{"create"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.method+" "+tc.sub, func(t *testing.T) {
-			env := newTestEnv(t, nil)
-			for _, v := range tc.verbs {
-				env.api.grant(rule("alice", v, "", "pods/"+tc.sub, "ci", "job-42"))
-			}
-			for _, rr := range identity.PodStreamRequests(tc.method, "ci", "job-42", tc.sub) {
-				if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), rr); err != nil {
-					t.Fatalf("AuthorizeResource %+v: %v", rr, err)
+	for _, sub := range []string{"exec", "attach", "portforward", "log"} {
+		for _, method := range []string{"GET", "POST"} {
+			t.Run(method+" "+sub, func(t *testing.T) {
+				env := newTestEnv(t, nil)
+				rrs := identity.PodStreamRequests(method, "ci", "job-42", sub)
+				for _, rr := range rrs {
+					env.api.grant(rule("alice", rr.Verb, "", "pods/"+sub, "ci", "job-42"))
 				}
-			}
-			sars := env.api.seenSARs()
-			if len(sars) != len(tc.verbs) {
-				t.Fatalf("SARs = %d, want %d", len(sars), len(tc.verbs))
-			}
-			for i, sar := range sars {
-				ra := sar.ResourceAttributes
-				if ra.Verb != tc.verbs[i] || ra.Resource != "pods" || ra.Subresource != tc.sub || ra.Version != "v1" {
-					t.Errorf("SAR %d attributes = %#v, want %s pods/%s", i, ra, tc.verbs[i], tc.sub)
+				for _, rr := range rrs {
+					if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), rr); err != nil {
+						t.Fatalf("AuthorizeResource %+v: %v", rr, err)
+					}
 				}
-			}
-		})
+				sars := env.api.seenSARs()
+				if len(sars) != len(rrs) {
+					t.Fatalf("SARs = %d, want %d", len(sars), len(rrs))
+				}
+				for i, sar := range sars {
+					ra := sar.ResourceAttributes
+					if ra.Verb != rrs[i].Verb || ra.Resource != "pods" || ra.Subresource != sub || ra.Version != "v1" {
+						t.Errorf("SAR %d attributes = %#v, want %s pods/%s", i, ra, rrs[i].Verb, sub)
+					}
+				}
+			})
+		}
 	}
 }
 
