@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
 func TestNew(t *testing.T) {
@@ -210,44 +209,34 @@ func TestForbiddenStatusDetails(t *testing.T) {
 }
 
 // TestVerbPerSubresource: the SubjectAccessReviews of a pod subresource
-// request carry the verbs kube-apiserver checks for its method, in order.
+// request carry the verbs kube-apiserver checks for its method, in order
+// (which verbs those are is pkg/identity's TestPodStreamRequests).
 func TestVerbPerSubresource(t *testing.T) {
-	tests := []struct {
-		method, sub string
-		verbs       []string
-	}{
-		{"POST", "exec", []string{"create"}},
-		{"GET", "exec", []string{"get", "create"}},
-		{"POST", "attach", []string{"create"}},
-		{"GET", "attach", []string{"get", "create"}},
-		{"POST", "portforward", []string{"create"}},
-		{"GET", "portforward", []string{"get", "create"}},
-		{"GET", "log", []string{"get"}},
-		{"POST", "log", []string{"create"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.method+" "+tc.sub, func(t *testing.T) {
-			env := newTestEnv(t, nil)
-			for _, v := range tc.verbs {
-				env.api.grant(rule("alice", v, "", "pods/"+tc.sub, "ci", "job-42"))
-			}
-			pr := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: tc.sub}
-			for _, rr := range pr.ResourceRequests(tc.method) {
-				if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), rr); err != nil {
-					t.Fatalf("AuthorizeResource %+v: %v", rr, err)
+	for _, sub := range []string{"exec", "attach", "portforward", "log"} {
+		for _, method := range []string{"GET", "POST"} {
+			t.Run(method+" "+sub, func(t *testing.T) {
+				env := newTestEnv(t, nil)
+				rrs := identity.PodStreamRequests(method, "ci", "job-42", sub)
+				for _, rr := range rrs {
+					env.api.grant(rule("alice", rr.Verb, "", "pods/"+sub, "ci", "job-42"))
 				}
-			}
-			sars := env.api.seenSARs()
-			if len(sars) != len(tc.verbs) {
-				t.Fatalf("SARs = %d, want %d", len(sars), len(tc.verbs))
-			}
-			for i, sar := range sars {
-				ra := sar.ResourceAttributes
-				if ra.Verb != tc.verbs[i] || ra.Resource != "pods" || ra.Subresource != tc.sub || ra.Version != "v1" {
-					t.Errorf("SAR %d attributes = %#v, want %s pods/%s", i, ra, tc.verbs[i], tc.sub)
+				for _, rr := range rrs {
+					if _, err := env.authz.AuthorizeResource(context.Background(), newRequest(bearer("alice-token"), nil), rr); err != nil {
+						t.Fatalf("AuthorizeResource %+v: %v", rr, err)
+					}
 				}
-			}
-		})
+				sars := env.api.seenSARs()
+				if len(sars) != len(rrs) {
+					t.Fatalf("SARs = %d, want %d", len(sars), len(rrs))
+				}
+				for i, sar := range sars {
+					ra := sar.ResourceAttributes
+					if ra.Verb != rrs[i].Verb || ra.Resource != "pods" || ra.Subresource != sub || ra.Version != "v1" {
+						t.Errorf("SAR %d attributes = %#v, want %s pods/%s", i, ra, rrs[i].Verb, sub)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -258,7 +247,7 @@ func TestCache(t *testing.T) {
 		rule("alice", "create", "", "pods/exec", "ci", "job-42"),
 		rule("alice", "get", "", "pods/log", "ci", "job-42"),
 	)
-	logJob42 := proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequests(http.MethodGet)[0]
+	logJob42 := identity.PodStreamRequests(http.MethodGet, "ci", "job-42", "log")[0]
 	call := func(token string, rr identity.ResourceRequest) error {
 		t.Helper()
 		_, err := env.authz.AuthorizeResource(ctx, newRequest(bearer(token), nil), rr)
@@ -366,7 +355,7 @@ func TestCacheBound(t *testing.T) {
 	const size = 16
 	env := newTestEnv(t, func(o *Options) { o.MaxCacheEntries = size })
 	pod := func(i int) identity.ResourceRequest {
-		return proxy.PodRequest{Namespace: "ci", Name: fmt.Sprintf("job-%d", i), Subresource: "exec"}.ResourceRequests(http.MethodPost)[0]
+		return identity.PodStreamRequests(http.MethodPost, "ci", fmt.Sprintf("job-%d", i), "exec")[0]
 	}
 	for i := range 200 {
 		env.api.grant(rule("alice", "create", "", "pods/exec", "ci", pod(i).Name))

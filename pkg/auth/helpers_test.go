@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
 // fakeAPI stands in for karmada-apiserver's TokenReview and
@@ -220,7 +220,7 @@ func bearer(token string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + token}}
 }
 
-var execJob42 = proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "exec"}.ResourceRequests(http.MethodPost)[0]
+var execJob42 = identity.PodStreamRequests(http.MethodPost, "ci", "job-42", "exec")[0]
 
 // statusOf returns the HTTP code and message the proxy would write for err.
 func statusOf(t *testing.T, err error) (int32, string) {

@@ -11,7 +11,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 )
 
 // imp is a SAR alice's impersonation check is expected to send.
@@ -277,7 +276,7 @@ func TestImpersonationIsCachedPerRequestedIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another pod request reuses the impersonation check.
-	if _, err := env.authz.AuthorizeResource(context.Background(), req("bob"), proxy.PodRequest{Namespace: "ci", Name: "job-42", Subresource: "log"}.ResourceRequests(http.MethodGet)[0]); err != nil {
+	if _, err := env.authz.AuthorizeResource(context.Background(), req("bob"), identity.PodStreamRequests(http.MethodGet, "ci", "job-42", "log")[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, sars := env.api.calls(); sars != 3 {

@@ -248,3 +248,32 @@ func isWebSocketUpgrade(h http.Header) bool {
 	}
 	return false
 }
+
+// PlainRequestHeader edits a caller's headers for a plain request made on
+// its behalf, such as the proxy's passthrough admission check (a GET).
+// kube-apiserver reads a WebSocket bearer subprotocol only on an upgrade, so
+// a token that comes only there goes as the Authorization it stands for,
+// read as kube-apiserver reads it (a malformed one is the error
+// kube-apiserver answers 401 to); no WebSocket header goes at all.
+func PlainRequestHeader(orig http.Header) (func(http.Header), error) {
+	var authorization string
+	if _, ok := BearerToken(orig); !ok {
+		token, ok, err := WebSocketBearerToken(orig)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			authorization = "Bearer " + token
+		}
+	}
+	return func(h http.Header) {
+		for k := range h {
+			if hasPrefixFold(k, "Sec-Websocket-") {
+				delete(h, k)
+			}
+		}
+		if authorization != "" {
+			h.Set("Authorization", authorization)
+		}
+	}, nil
+}

@@ -24,7 +24,8 @@
 //     same strict parse applies to the prefix; <rest> may carry escapes but
 //     no segment that is or decodes to a dot segment. Authorize mode
 //     authorizes the verb kube-apiserver derives from the method on
-//     pods/proxy (services/proxy), named by the whole segment.
+//     pods/proxy (services/proxy), named by the whole segment
+//     (identity.ProxySubresourceRequest).
 //   - Hand-off (handoff.go): requests an EventsMerger (Options.Events,
 //     pkg/memberevents) claims go to it once their passthrough identity is
 //     known; it reaches upstream only through the Proxy's exported methods,
@@ -60,21 +61,22 @@
 //     answers from caches, so before a rewritten route resolves anything in
 //     passthrough mode, karmada-apiserver judges the caller: a GET of the
 //     pod or Service from its watch cache with the caller's own credentials
-//     and identity headers (a WebSocket subprotocol token as Authorization).
+//     and identity headers (a WebSocket subprotocol token as Authorization,
+//     identity.PlainRequestHeader).
 //     Any answer but 200 is relayed as it came, so a caller it refuses learns
 //     nothing about placement. Nothing is cached.
 //   - Authorize mode (pkg/identity on the wire): rewritten routes are authorized by the
 //     Authorizer with the verbs kube-apiserver checks for the method
-//     (PodRequest.ResourceRequests: GET of exec, attach and portforward needs
+//     (identity.PodStreamRequests: GET of exec, attach and portforward needs
 //     get and create) and sent with the gateway's identity after every client
 //     identity header is removed; passthrough routes keep bearer callers'
 //     headers, and x509 callers are impersonated by the gateway.
 //   - Limits (limit.go): streams (isStreamRequest, decided for every request
 //     before routing: any Upgrade, watch or follow on any path, /watch/
 //     paths, pods/services/nodes proxy, below cluster proxies too) hold a slot of
-//     MaxStreams and of MaxStreamsPerClient for the client's identity (a
-//     SHA-256 of its bearer token, a certificate subject the Authorizer
-//     verified, else its IP) for as long as they stream; over either limit
+//     MaxStreams and of MaxStreamsPerClient for the client's identity
+//     (identity.ClientKey: a SHA-256 of its bearer token, a certificate
+//     subject the Authorizer verified, else its IP) for as long as they stream; over either limit
 //     the client gets 429 with Retry-After before anything goes upstream.
 //   - Drain: Shutdown refuses new requests with 503 and waits for in-flight
 //     ones, including hijacked streams http.Server.Shutdown does not track;

@@ -53,7 +53,7 @@ func FuzzAuthorizeModeHeaders(f *testing.F) {
 		if err != nil {
 			return // http.Server would refuse it before the proxy
 		}
-		if key := clientIdentity(req, false); strings.Contains(key, "secret-token") {
+		if key := identity.ClientKey(req, false); strings.Contains(key, "secret-token") {
 			t.Fatalf("stream limiter key %q holds the token", key)
 		}
 		out.requests = nil

@@ -31,25 +31,6 @@ type PodRequest struct {
 	Subresource string // exec, attach, log or portforward
 }
 
-// ResourceRequests are what kube-apiserver authorizes a method request on r
-// as, in the order it checks them: the verb its RequestInfo derives from the
-// method (GET get, POST create), and for a GET of exec, attach or
-// portforward, the WebSocket form, also create, which kube-apiserver 1.35+
-// requires (AuthorizePodWebsocketUpgradeCreatePermission) so that a get
-// grant cannot open a shell. Every one must be allowed.
-func (r PodRequest) ResourceRequests(method string) []identity.ResourceRequest {
-	req := identity.ResourceRequest{
-		Namespace: r.Namespace, Verb: proxyVerbs[method], Resource: podsResource.Resource,
-		Subresource: r.Subresource, Name: r.Name,
-	}
-	out := []identity.ResourceRequest{req}
-	if method == http.MethodGet && r.Subresource != "log" {
-		req.Verb = "create"
-		out = append(out, req)
-	}
-	return out
-}
-
 // Authorizer decides requests in authorize mode. *auth.Authorizer implements it.
 type Authorizer interface {
 	// AuthorizeResource authenticates the caller of r (bearer token by

@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -75,35 +72,6 @@ func (l *streamLimiter) tooMany(scope string) error {
 	return apierrors.NewTooManyRequests(fmt.Sprintf("too many open streams for this client (limit %d), please try again later", l.perClient), streamRetryAfterSeconds)
 }
 
-// clientIdentity is the key a request's streams are counted under. It is
-// derived from the credential the request presents, never the credential:
-// a SHA-256 of the bearer token (Authorization first, then a WebSocket
-// bearer subprotocol, the two forms karmada-apiserver accepts), the subject
-// of a client certificate only once the Authorizer verified it, else the
-// remote IP. An unverified certificate counts as anonymous, or a client
-// could mint a fresh subject per stream.
-func clientIdentity(r *http.Request, certVerified bool) string {
-	if token, ok := identity.BearerToken(r.Header); ok {
-		return hashedToken(token)
-	}
-	if token, ok := identity.WebSocketBearerEntry(r.Header); ok {
-		return hashedToken(token)
-	}
-	if certVerified && identity.HasClientCertificate(r) {
-		return "x509:" + r.TLS.PeerCertificates[0].Subject.String()
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "ip:" + host
-}
-
-func hashedToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return "token:" + hex.EncodeToString(sum[:])
-}
-
 // holdStream takes a stream slot for r if isStreamRequest said it is a
 // stream and it holds none yet; ServeHTTP gives it back when the request
 // ends. Over a limit it answers 429 and reports false. It runs as late as
@@ -114,7 +82,7 @@ func (p *Proxy) holdStream(w http.ResponseWriter, r *http.Request, state *reques
 	if !state.stream || state.releaseStream != nil {
 		return true
 	}
-	release, limitedBy := p.limiter.acquire(clientIdentity(r, state.certVerified))
+	release, limitedBy := p.limiter.acquire(identity.ClientKey(r, state.certVerified))
 	if release != nil {
 		state.releaseStream = release
 		return true

@@ -69,7 +69,7 @@ type Options struct {
 	// classifies every request before routing (any Upgrade, watch or follow
 	// on any path, pods/services/nodes proxy, also below the cluster proxy);
 	// MaxStreamsPerClient bounds them per client identity (see
-	// clientIdentity). A request over either limit gets 429 before anything
+	// identity.ClientKey). A request over either limit gets 429 before anything
 	// is sent upstream. 0 is unlimited.
 	MaxStreams          int
 	MaxStreamsPerClient int
@@ -251,7 +251,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
-		for _, rr := range pr.ResourceRequests(r.Method) {
+		for _, rr := range identity.PodStreamRequests(r.Method, pr.Namespace, pr.Name, pr.Subresource) {
 			if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
 				return
 			}
@@ -342,9 +342,9 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 	if !p.holdStream(w, r, stateFrom(r.Context())) { // a refused stream sends nothing upstream, the check included
 		return false
 	}
-	edit, err := admissionCheckHeader(r.Header)
+	edit, err := identity.PlainRequestHeader(r.Header)
 	if err != nil {
-		klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", err)
+		klog.FromContext(r.Context()).V(2).Info("WebSocket bearer token refused", "err", fmt.Errorf("admission check: %w", err))
 		refuseUpgrade(w, r)
 		apiresponse.WriteStatus(w, apierrors.NewUnauthorized("Unauthorized")) // kube-apiserver's answer to it
 		return false
@@ -368,34 +368,6 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 	refuseUpgrade(w, r)
 	apiresponse.Relay(w, res, body)
 	return false
-}
-
-// admissionCheckHeader edits the caller's headers for the admission check,
-// a plain GET. karmada-apiserver reads a WebSocket bearer subprotocol only on
-// an upgrade, so a token that comes only there goes as the Authorization it
-// stands for, read as kube-apiserver reads it (a malformed one is the error
-// kube-apiserver answers 401 to); no WebSocket header goes at all.
-func admissionCheckHeader(orig http.Header) (func(http.Header), error) {
-	var authorization string
-	if _, ok := identity.BearerToken(orig); !ok {
-		token, ok, err := identity.WebSocketBearerToken(orig)
-		if err != nil {
-			return nil, fmt.Errorf("admission check: %w", err)
-		}
-		if ok {
-			authorization = "Bearer " + token
-		}
-	}
-	return func(h http.Header) {
-		for k := range h {
-			if hasPrefixFold(k, "Sec-Websocket-") {
-				delete(h, k)
-			}
-		}
-		if authorization != "" {
-			h.Set("Authorization", authorization)
-		}
-	}, nil
 }
 
 // refuseUpgrade closes the client connection after the gateway refused an
@@ -631,8 +603,4 @@ type klogWriter struct{}
 func (klogWriter) Write(b []byte) (int, error) {
 	klog.Background().V(2).Info("Reverse proxy", "msg", strings.TrimSpace(string(b)))
 	return len(b), nil
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

@@ -215,9 +215,9 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the object.
 	if p.authMode == AuthAuthorize {
-		rr, ok := pr.ResourceRequest(r.Method)
+		rr, ok := identity.ProxySubresourceRequest(r.Method, pr.Namespace, pr.Resource, pr.Segment)
 		if !ok {
-			w.Header().Set("Allow", proxyAllow)
+			w.Header().Set("Allow", identity.ProxyMethods)
 			apiresponse.WriteStatus(w, proxyMethodNotAllowed(pr, r.Method))
 			return
 		}
@@ -241,46 +241,10 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 	p.forward(w, r)
 }
 
-// proxyVerbs is the verb kube-apiserver's RequestInfoFactory derives from
-// the method of a request that names its object, as {name}/proxy always
-// does (so never list, watch or deletecollection). kube-apiserver also
-// proxies OPTIONS, with an empty verb that only a "*" rule allows; the
-// gateway's own member RBAC grants no such rule, so authorize mode refuses
-// it.
-var proxyVerbs = map[string]string{
-	http.MethodGet:    "get",
-	http.MethodHead:   "get",
-	http.MethodPost:   "create",
-	http.MethodPut:    "update",
-	http.MethodPatch:  "patch",
-	http.MethodDelete: "delete",
-}
-
-// proxyAllow lists the methods of proxyVerbs for Allow.
-const proxyAllow = "GET, HEAD, POST, PUT, PATCH, DELETE"
-
-// ResourceRequest is what kube-apiserver authorizes a method request on pr
-// as: the subresource proxy of pods or services, named by the whole path
-// segment (RequestInfo takes it as it is, so RBAC resourceNames must say
-// "https:web:443" to match that form, exactly as with kube-apiserver).
-// Unlike pods/exec, a WebSocket GET stays get: kube-apiserver's extra
-// create check on upgrades covers exec, attach and portforward only.
-// It reports false for a method with no RBAC verb.
-func (pr ProxyRequest) ResourceRequest(method string) (identity.ResourceRequest, bool) {
-	verb, ok := proxyVerbs[method]
-	if !ok {
-		return identity.ResourceRequest{}, false
-	}
-	return identity.ResourceRequest{
-		Namespace: pr.Namespace, Verb: verb, Resource: pr.Resource,
-		Subresource: "proxy", Name: pr.Segment,
-	}, true
-}
-
 func proxyMethodNotAllowed(pr ProxyRequest, method string) error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusMethodNotAllowed, Reason: metav1.StatusReasonMethodNotAllowed,
 		Details: &metav1.StatusDetails{Name: pr.Name, Kind: pr.Resource},
-		Message: fmt.Sprintf("method %q is not supported on %s/proxy in authorize mode (allowed: %s)", method, pr.Resource, proxyAllow),
+		Message: fmt.Sprintf("method %q is not supported on %s/proxy in authorize mode (allowed: %s)", method, pr.Resource, identity.ProxyMethods),
 	}}
 }

@@ -253,8 +253,8 @@ func TestProxySubresourceAuthorizeModeRefusals(t *testing.T) {
 				if st := proxytest.DecodeStatus(t, resp.Header.Get("Content-Type"), body); int(st.Code) != tt.wantCode || st.Message != tt.wantMsg {
 					t.Errorf("Status %d %q, want %d %q", st.Code, st.Message, tt.wantCode, tt.wantMsg)
 				}
-				if tt.wantCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != proxyAllow {
-					t.Errorf("Allow %q, want %q", resp.Header.Get("Allow"), proxyAllow)
+				if tt.wantCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != identity.ProxyMethods {
+					t.Errorf("Allow %q, want %q", resp.Header.Get("Allow"), identity.ProxyMethods)
 				}
 				if n := len(env.authz.Authorized()); n != tt.wantAuthorized {
 					t.Errorf("Authorizer asked %d times, want %d", n, tt.wantAuthorized)
