@@ -52,8 +52,10 @@ func TestExecutorGitHubRunnerHooks(t *testing.T) {
 	const name, member = "exec-github", "member2"
 	pod := sleepPod(name)
 	pod.Spec.Containers[0].Name = "job"
+	// The hooks run the job in their work volume's mount point.
+	pod.Spec.Containers[0].WorkingDir = "/__w"
 	placePod(t, pod, []string{member}, member)
-	jobDir := podDir(member, name, "job")
+	jobDir := workingDir(pod, "job")
 	execPath := "/api/v1/namespaces/" + env.Namespace + "/pods/" + name + "/exec"
 
 	// The workspace: a tree with a large random file, a small one and an

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -31,10 +32,7 @@ func gitlabPod(name string) *corev1.Pod {
 	pod := env.ShellPod(env.Namespace, name, `for i in $(seq 1 12); do echo "boot-$i"; done; exec sh`)
 	pod.Spec.Containers[0].Name = "build"
 	pod.Spec.Containers[0].Stdin = true
-	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
-		Name: "helper", Image: "gitlab-runner-helper",
-		Command: []string{"sh", "-c", `while true; do sleep 1; done`},
-	})
+	pod.Spec.Containers = append(pod.Spec.Containers, env.LocalContainer("helper", images.Busybox, "sh", "-c", `while true; do sleep 1; done`))
 	return pod
 }
 
@@ -62,13 +60,14 @@ func TestExecutorGitLabRunner(t *testing.T) {
 	t.Parallel()
 	dumpLogsOnFailure(t)
 	const name, member = "exec-gitlab", "member2"
-	placePod(t, gitlabPod(name), []string{member}, member)
+	pod := gitlabPod(name)
+	placePod(t, pod, []string{member}, member)
 	gw := gatewayClient(t, env.UserExecOnly)
 	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
-	buildDir := podDir(member, name, "build")
+	buildDir := workingDir(pod, "build")
 
 	t.Run("get pod and watch Running", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -36,12 +36,13 @@ func TestExecutorSeedTTY(t *testing.T) {
 	t.Parallel()
 	dumpLogsOnFailure(t)
 	const name, member = "exec-seed", "member1"
-	placePod(t, sleepPod(name), []string{member}, member)
+	pod := sleepPod(name)
+	placePod(t, pod, []string{member}, member)
 	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := podDir(member, name, "main")
+	dir := workingDir(pod, "main")
 	u := execURL(t, name, &corev1.PodExecOptions{Container: "main", Command: []string{"sh"}, Stdin: true, Stdout: true, TTY: true})
 
 	for i, tc := range []struct {
