@@ -24,15 +24,39 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
+// GitLab Runner's kubernetes executor mounts emptyDir volumes for the
+// checkout, the scripts and the job log in both containers, the latter two
+// at paths named after the project and job.
+const (
+	gitlabBuildsDir  = "/builds"
+	gitlabScriptsDir = "/scripts-1-42"
+	gitlabLogsDir    = "/logs-1-42"
+	gitlabLogFile    = gitlabLogsDir + "/output.log"
+)
+
 // gitlabPod is a GitLab Runner job pod: "build" runs a shell reading the
 // job script from its stdin (the attach strategy) after printing twelve
 // boot lines as its container log; "helper" idles, as the runner helper
-// does between its read-logs execs.
+// does between its read-logs execs. Both mount the runner's emptyDir
+// volumes; the build works in the checkout.
 func gitlabPod(name string) *corev1.Pod {
 	pod := env.ShellPod(env.Namespace, name, `for i in $(seq 1 12); do echo "boot-$i"; done; exec sh`)
 	pod.Spec.Containers[0].Name = "build"
 	pod.Spec.Containers[0].Stdin = true
+	pod.Spec.Containers[0].WorkingDir = gitlabBuildsDir
 	pod.Spec.Containers = append(pod.Spec.Containers, env.LocalContainer("helper", images.Busybox, "sh", "-c", `while true; do sleep 1; done`))
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "repo", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "scripts", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "logs", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].VolumeMounts = []corev1.VolumeMount{
+			{Name: "repo", MountPath: gitlabBuildsDir},
+			{Name: "scripts", MountPath: gitlabScriptsDir},
+			{Name: "logs", MountPath: gitlabLogsDir},
+		}
+	}
 	return pod
 }
 
@@ -179,10 +203,10 @@ func TestExecutorGitLabRunner(t *testing.T) {
 
 		// The script the runner writes on the build container's stdin: job
 		// output goes to a log file, the helper reads it by offset.
-		const script = "{ echo job-line-1; echo job-line-2; echo job-line-3; } >> output.log\n" +
+		const script = "{ echo job-line-1; echo job-line-2; echo job-line-3; } >> " + gitlabLogFile + "\n" +
 			"while [ ! -e go ]; do sleep 0.05; done\n" +
-			"{ echo job-line-4; echo job-line-5; pwd; } >> output.log\n" +
-			"echo finished > job-finished\n"
+			"{ echo job-line-4; echo job-line-5; pwd; } >> " + gitlabLogFile + "\n" +
+			"echo finished > " + gitlabLogsDir + "/job-finished\n"
 		attachURL := gitlabURL(t, name, "attach", "build", &corev1.PodAttachOptions{Container: "build", Stdin: true})
 		if q := attachURL.Query(); q.Get("stdin") != "true" || q.Has("stdout") || q.Has("stderr") {
 			t.Fatalf("attach URL %s, want stdin only", attachURL)
@@ -214,11 +238,11 @@ func TestExecutorGitLabRunner(t *testing.T) {
 		// read-logs, first connection: follows the log from offset 0 and is
 		// cut once the first part is read (a dropped connection).
 		readLogs := func(offset int, follow bool) []string {
-			cmd := `tail -c +$(($1+1)) ../build/output.log`
+			cmd := `tail -c +$(($1+1)) ` + gitlabLogFile
 			if follow {
-				cmd = `while [ ! -e ../build/output.log ]; do sleep 0.05; done; tail -f -c +$(($1+1)) ../build/output.log`
+				cmd = `while [ ! -e ` + gitlabLogFile + ` ]; do sleep 0.05; done; tail -f -c +$(($1+1)) ` + gitlabLogFile
 			} else {
-				cmd = `while [ ! -e ../build/job-finished ]; do sleep 0.05; done; ` + cmd
+				cmd = `while [ ! -e ` + gitlabLogsDir + `/job-finished ]; do sleep 0.05; done; ` + cmd
 			}
 			return []string{"sh", "-c", cmd, "read-logs", fmt.Sprint(offset)}
 		}

@@ -159,7 +159,7 @@ func (r *Runner) labelerAtRate(ctx context.Context, rate int) (lat []time.Durati
 			lat = append(lat, at.Sub(sAt))
 		}
 	}
-	// Deleting propagates to the member, where the node agent stops the processes.
+	// Deleting propagates to the member, where the kubelet stops the containers.
 	delCtx, delCancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer delCancel()
 	if err := admin.CoreV1().Pods(env.Namespace).DeleteCollection(delCtx, metav1.DeleteOptions{}, sel); err != nil {

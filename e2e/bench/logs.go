@@ -116,7 +116,7 @@ func (r *Runner) Logs(ctx context.Context) (*Table, error) {
 		Title:   "Logs: gateway vs Karmada cluster proxy",
 		Columns: []string{"measurement", "gateway", "direct", "ratio"},
 		Note: fmt.Sprintf("logs -f: %d lines (one every 20ms, each carrying the time it was written) followed on both paths at once; added latency is, per line, "+
-			"arrival through the gateway minus arrival through the cluster proxy; write→read includes the node agent's log file. Throughput: a %s log read whole, %d interleaved reads per path.",
+			"arrival through the gateway minus arrival through the cluster proxy; write→read includes containerd's CRI log file and the kubelet reading it. Throughput: a %s log read whole, %d interleaved reads per path.",
 			n, FormatBytes(float64(r.Sizes.LogBytes)), max(2, r.Sizes.ExecRounds*2)) + r.proxyNote("Direct path"),
 	}
 	t.Add("logs -f added latency per line p50", FormatDuration(Percentile(added, 50)), "", "")

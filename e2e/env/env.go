@@ -553,9 +553,11 @@ func (e *Env) runComponent(name string, fn func(ctx context.Context) error) erro
 	return nil
 }
 
-// ComponentErrors reports in-process components that stopped on their own.
+// ComponentErrors reports in-process components that stopped on their own
+// and node processes (containerd, kubelet, the member's scheduler and
+// controllers) that exited without a stop or kill.
 func (e *Env) ComponentErrors() error {
 	e.compMu.Lock()
 	defer e.compMu.Unlock()
-	return errors.Join(e.compErrors...)
+	return errors.Join(append(slices.Clone(e.compErrors), e.nodeErrors()...)...)
 }

@@ -195,6 +195,10 @@ func (e *Env) startContainerd(ctx context.Context, n *node) error {
 		return err
 	}
 	n.containerd = e.newProcess("containerd-"+n.member, e.opts.Containerd, "--config", config, "--log-level", "warn")
+	// Every image is local. Should a pod ever ask for a pull, the request
+	// goes to a closed loopback port instead of resolving and dialing a
+	// registry: no name lookup or connection leaves the machine.
+	n.containerd.env = []string{"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=", "https_proxy=", "http_proxy=", "no_proxy="}
 	if err := n.containerd.start(); err != nil {
 		return err
 	}
@@ -309,8 +313,12 @@ func kubeletConfig(n *node, serving *keyPair, caFile string) *kubeletv1beta1.Kub
 		ImageGCLowThresholdPercent:   new(int32(99)),
 		PodLogsDir:                   filepath.Join(n.dir, "pod-logs"),
 		VolumePluginDir:              filepath.Join(n.dir, "volume-plugins"),
-		// No host DNS configuration in pods: they resolve nothing.
+		// No host DNS configuration in pods. The cluster DNS address is the
+		// host's on the bridge, where no DNS server listens: pods get the
+		// resolv.conf of a cluster, and a lookup fails at once, locally.
 		ResolverConfig: new(""),
+		ClusterDNS:     []string{n.slot.gateway().String()},
+		ClusterDomain:  "cluster.local",
 		StaticPodPath:  "",
 		RegisterNode:   &t,
 		// Pods start and report status without waiting for the defaults' 10s.
@@ -382,4 +390,61 @@ func (e *Env) waitNodeReady(ctx context.Context, member string) error {
 		return fmt.Errorf("wait for node %s in %s (%s; log %s): %w", NodeName(member), member, last, n.kubelet.logPath, err)
 	}
 	return nil
+}
+
+// KillKubelet kills member's kubelet with SIGKILL, as a crash: containerd
+// and the pods keep running, streams through the kubelet break.
+func (e *Env) KillKubelet(member string) { e.node(member).kubelet.kill() }
+
+// StartKubelet starts member's kubelet again, with the same configuration
+// and port, and waits until the Node is Ready.
+func (e *Env) StartKubelet(ctx context.Context, member string) error {
+	if err := e.node(member).kubelet.start(); err != nil {
+		return err
+	}
+	return e.waitNodeReady(ctx, member)
+}
+
+// KillContainerd kills member's containerd with SIGKILL. The shims and
+// containers survive it, as on any node; the kubelet's runtime calls and
+// streams through containerd fail until StartContainerd.
+func (e *Env) KillContainerd(member string) { e.node(member).containerd.kill() }
+
+// StartContainerd starts member's containerd again on the same root and
+// socket and waits until its CRI answers and the Node is Ready.
+func (e *Env) StartContainerd(ctx context.Context, member string) error {
+	n := e.node(member)
+	if err := n.containerd.start(); err != nil {
+		return err
+	}
+	if err := e.waitRuntime(ctx, n); err != nil {
+		return err
+	}
+	return e.waitNodeReady(ctx, member)
+}
+
+func (e *Env) node(member string) *node {
+	n, ok := e.nodes[member]
+	if !ok {
+		panic(fmt.Sprintf("env: no node of member %q (members: %v)", member, e.opts.Members))
+	}
+	return n
+}
+
+// nodeErrors reports node processes that exited although nothing stopped
+// them on purpose.
+func (e *Env) nodeErrors() []error {
+	var errs []error
+	for _, m := range e.opts.Members {
+		n := e.nodes[m]
+		if n == nil {
+			continue
+		}
+		for _, p := range []*process{n.containerd, n.kubelet, n.scheduler, n.controllers} {
+			if p != nil && p.died() {
+				errs = append(errs, p.exitErr())
+			}
+		}
+	}
+	return errs
 }

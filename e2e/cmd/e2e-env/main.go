@@ -1,10 +1,12 @@
 // Command e2e-env is `make demo`: it starts the end-to-end topology (etcd,
-// karmada-apiserver, two members with node agents, real Karmada's
+// karmada-apiserver, two members each with a kubelet on its own containerd,
+// real Karmada's
 // aggregated apiserver, controller-manager, scheduler and webhook, and the
 // gateway), propagates a pod, and runs the real kubectl exec and logs
 // through the gateway — next to the same exec against karmada-apiserver,
 // which fails as it does for every executor today. Then it waits for Ctrl-C
-// so you can try it yourself, and tears everything down.
+// (or SIGINT/SIGTERM) so you can try it yourself, and tears everything down:
+// containers, sandboxes, containerd, bridges and mounts included.
 package main
 
 import (
@@ -128,7 +130,7 @@ func (d demo) run() error {
 		return errors.New("exec against karmada-apiserver succeeded; the demo expected it to fail")
 	}
 	fmt.Println("# the gateway routes the same command to the member cluster:")
-	if err := d.kubectl(d.execOnly, "exec", "demo", "--", "sh", "-c", `echo "I run on $(hostname) in $(pwd)"`); err != nil {
+	if err := d.kubectl(d.execOnly, "exec", "demo", "--", "sh", "-c", `echo "I run in container $(hostname) at $(ip -4 addr show eth0 | sed -n 's/.*inet \([0-9.\/]*\).*/\1/p')"`); err != nil {
 		return err
 	}
 	return d.kubectl(d.execOnly, "logs", "demo", "--tail=5")
