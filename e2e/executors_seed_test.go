@@ -126,10 +126,10 @@ func waitProcess(ctx context.Context, t *testing.T, pod, cmdline string, running
 	if err != nil {
 		t.Fatal(err)
 	}
-	// [/]bin/sleep does not match pgrep's own sh -c command line.
+	// [/]bin/sleep does not match the sh -c command line or grep's own.
 	pattern := "[" + cmdline[:1] + "]" + cmdline[1:]
 	u := execURL(t, pod, &corev1.PodExecOptions{
-		Container: "main", Command: []string{"sh", "-c", `pgrep -f -x "$1" >/dev/null && echo running || echo gone`, "sh", pattern}, Stdout: true, Stderr: true,
+		Container: "main", Command: []string{"sh", "-c", `ps -o args | grep -x "$1" >/dev/null && echo running || echo gone`, "sh", pattern}, Stdout: true, Stderr: true,
 	})
 	want := map[bool]string{true: "running\n", false: "gone\n"}[running]
 	var last string
