@@ -59,9 +59,16 @@ func placePod(t *testing.T, pod *corev1.Pod, clusters []string, want string) {
 // at once.
 func createPlacedPod(t *testing.T, pod *corev1.Pod, clusters []string) {
 	t.Helper()
+	createPodWithPolicy(t, pod, namedPolicy(pod.Name, []string{pod.Name}, clusters))
+}
+
+// createPodWithPolicy creates policy (named after the pod) and the pod
+// through the gateway as admin; both are deleted when t ends.
+func createPodWithPolicy(t *testing.T, pod *corev1.Pod, policy *unstructured.Unstructured) {
+	t.Helper()
 	e := testEnv
 	ctx := t.Context()
-	if err := e.CreatePolicy(ctx, namedPolicy(pod.Name, []string{pod.Name}, clusters)); err != nil {
+	if err := e.CreatePolicy(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -46,14 +46,44 @@ const (
 	// Echo is Busybox plus the e2e test servers httpecho and tcpecho in
 	// /usr/local/bin.
 	Echo = "e2e.invalid/echo:e2e"
+	// GitLabHelper is Busybox plus /usr/local/bin/gitlab-runner-helper, our
+	// stand-in for GitLab's helper binary (not available here; it stands in
+	// for no Kubernetes component): the read-logs command the kubernetes
+	// executor execs in the helper container.
+	GitLabHelper = "e2e.invalid/gitlab-runner-helper:e2e"
 )
+
+// gitlabRunnerHelper implements `gitlab-runner-helper read-logs --path P
+// --offset N --wait-file-timeout D` as the kubernetes executor calls it:
+// wait for the job log, then follow it from byte offset N.
+const gitlabRunnerHelper = `#!/bin/sh
+# Stand-in for GitLab Runner's gitlab-runner-helper binary: read-logs only.
+set -eu
+[ "${1:-}" = read-logs ] || { echo "gitlab-runner-helper stand-in: only read-logs is implemented" >&2; exit 2; }
+shift
+path= offset=0 wait=60
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --path) path=$2; shift 2;;
+    --offset) offset=$2; shift 2;;
+    --wait-file-timeout) wait=${2%%[!0-9]*}; shift 2;; # its leading number, as seconds
+    *) echo "gitlab-runner-helper stand-in: unknown flag $1" >&2; exit 2;;
+  esac
+done
+i=0
+while [ ! -e "$path" ]; do
+  [ $i -lt $((wait * 20)) ] || { echo "timed out waiting for $path" >&2; exit 1; }
+  i=$((i + 1)); sleep 0.05
+done
+exec tail -f -c +$((offset + 1)) "$path"
+`
 
 // EchoBinDir is where the Echo image has the test servers.
 const EchoBinDir = "/usr/local/bin"
 
 // version changes when the layout of the images changes, so an old cache
 // is not taken for a new one.
-const version = "1"
+const version = "2"
 
 // Options says where the inputs are.
 type Options struct {
@@ -190,8 +220,17 @@ func build(ctx context.Context, opts Options, tmp string) (map[name.Reference]v1
 		return nil, err
 	}
 
+	helperLayer, err := layer([]entry{{path: "usr/local/bin/gitlab-runner-helper", mode: 0o755, data: []byte(gitlabRunnerHelper)}})
+	if err != nil {
+		return nil, err
+	}
+	helper, err := image([]v1.Layer{busyboxLayer, helperLayer}, shell)
+	if err != nil {
+		return nil, err
+	}
+
 	out := map[name.Reference]v1.Image{}
-	for ref, img := range map[string]v1.Image{Pause: pause, Busybox: busybox, Echo: echo} {
+	for ref, img := range map[string]v1.Image{Pause: pause, Busybox: busybox, Echo: echo, GitLabHelper: helper} {
 		tag, err := name.NewTag(ref)
 		if err != nil {
 			return nil, err

@@ -37,9 +37,10 @@ func TestEnsure(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		Pause:   {"pause"},
-		Busybox: {"bin/busybox", "bin/sh", "bin/nc", "bin/sha256sum", "etc/passwd", "tmp"},
-		Echo:    {"bin/sh", "usr/local/bin/httpecho", "usr/local/bin/tcpecho"},
+		Pause:        {"pause"},
+		Busybox:      {"bin/busybox", "bin/sh", "bin/nc", "bin/sha256sum", "etc/passwd", "tmp"},
+		Echo:         {"bin/sh", "usr/local/bin/httpecho", "usr/local/bin/tcpecho"},
+		GitLabHelper: {"bin/sh", "bin/tail", "usr/local/bin/gitlab-runner-helper"},
 	}
 	for ref, files := range want {
 		tag, err := name.NewTag(ref)
