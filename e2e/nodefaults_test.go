@@ -95,6 +95,25 @@ func TestNodeFaults(t *testing.T) {
 		}
 	}
 
+	// crash kills a part of member1's node, checks that every stream ends
+	// and that member2 keeps serving execs, and starts the part again.
+	crash := func(t *testing.T, what string, kill func(), start func(context.Context) error, streams map[string]<-chan error) {
+		t.Helper()
+		kill()
+		restarted := false
+		defer func() {
+			if !restarted {
+				restart(t, what, start)
+			}
+		}()
+		for stream, done := range streams {
+			expectStreamEnd(t, stream, done)
+		}
+		expectExec(t, what+" down", env.UserExecOnly, other)
+		restart(t, what, start)
+		restarted = true
+	}
+
 	t.Run("kubelet killed: exec and logs -f end, unreported (known gap)", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
@@ -126,38 +145,18 @@ func TestNodeFaults(t *testing.T) {
 			}
 		}
 
-		testEnv.KillKubelet("member1")
-		restarted := false
-		defer func() {
-			if !restarted {
-				restart(t, "member1's kubelet", func(ctx context.Context) error { return testEnv.StartKubelet(ctx, "member1") })
-			}
-		}()
-		expectStreamEnd(t, "the exec through the gateway", execDone)
-		expectStreamEnd(t, "logs -f through the gateway", logsDone)
-
-		// member2 does not notice.
-		expectExec(t, "member1's kubelet down", env.UserExecOnly, other)
-
-		restart(t, "member1's kubelet", func(ctx context.Context) error { return testEnv.StartKubelet(ctx, "member1") })
-		restarted = true
+		crash(t, "member1's kubelet", func() { testEnv.KillKubelet("member1") },
+			func(ctx context.Context) error { return testEnv.StartKubelet(ctx, "member1") },
+			map[string]<-chan error{"the exec through the gateway": execDone, "logs -f through the gateway": logsDone})
 	})
 
 	t.Run("containerd killed: exec ends, unreported (known gap)", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
 		execDone := startExec(t, ctx)
-		testEnv.KillContainerd("member1")
-		restarted := false
-		defer func() {
-			if !restarted {
-				restart(t, "member1's containerd", func(ctx context.Context) error { return testEnv.StartContainerd(ctx, "member1") })
-			}
-		}()
-		expectStreamEnd(t, "the exec through the gateway", execDone)
-		expectExec(t, "member1's containerd down", env.UserExecOnly, other)
-		restart(t, "member1's containerd", func(ctx context.Context) error { return testEnv.StartContainerd(ctx, "member1") })
-		restarted = true
+		crash(t, "member1's containerd", func() { testEnv.KillContainerd("member1") },
+			func(ctx context.Context) error { return testEnv.StartContainerd(ctx, "member1") },
+			map[string]<-chan error{"the exec through the gateway": execDone})
 	})
 
 	t.Run("container exits while attached: exit code in the pod status", func(t *testing.T) {

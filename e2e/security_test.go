@@ -175,25 +175,9 @@ func TestPodProxy(t *testing.T) {
 // rawGet GETs url with token and returns the body of a 200 answer.
 func rawGet(t *testing.T, url, token string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: testEnv.CAPEM()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}).Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s answered %s %q (%v), want 200", url, resp.Status, body, err)
+	code, body := rawAnswer(t, http.MethodGet, url, token)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s answered %d %q, want 200", url, code, body)
 	}
 	return string(body)
 }

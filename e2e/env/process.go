@@ -112,12 +112,17 @@ func (p *process) died() bool {
 	return !halted && p.exited() != nil && !p.running()
 }
 
+// halt marks the process as down on purpose and returns its current run.
+func (p *process) halt() (*exec.Cmd, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.halted = true
+	return p.cmd, p.done
+}
+
 // kill sends SIGKILL to the process group and waits for the exit: a crash.
 func (p *process) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.halted = true
-	p.mu.Unlock()
+	cmd, done := p.halt()
 	if cmd == nil {
 		return
 	}
@@ -127,10 +132,7 @@ func (p *process) kill() {
 
 // stop sends SIGTERM to the process group, then SIGKILL after grace.
 func (p *process) stop(grace time.Duration) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.halted = true
-	p.mu.Unlock()
+	cmd, done := p.halt()
 	if cmd == nil {
 		return
 	}
