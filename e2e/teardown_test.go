@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 // TestTeardownLeavesNothing starts an environment of its own, runs in each
 // member a pod with what leaves traces on a node (a Secret volume, which
 // the kubelet mounts as tmpfs, an emptyDir shared by two containers, a
-// network namespace and veth), and checks that after Stop no process of
+// network namespace and veth), checks that the pods have no route off the
+// machine, and checks that after Stop no process of
 // the environment, container, shim, mount, bridge, veth or cgroup is left
 // and the work directory is gone.
 func TestTeardownLeavesNothing(t *testing.T) {
@@ -64,6 +66,16 @@ func TestTeardownLeavesNothing(t *testing.T) {
 			return err == nil && p.Status.Phase == corev1.PodRunning, nil
 		}); err != nil {
 			t.Fatalf("pod in %s not running: %v", m, err)
+		}
+		// Pod traffic cannot leave the machine: the pod's only route is its
+		// member's /24 of 198.18.0.0/16, no default route.
+		routes, err := e.MemberExec(ctx, m, env.Namespace, "traces", "main", "ip", "-4", "route")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(routes), "\n")
+		if len(lines) != 1 || !strings.HasPrefix(lines[0], "198.18.") || !strings.Contains(lines[0], "/24 dev eth0") {
+			t.Errorf("routes in %s's pod: %q, want only its /24 of 198.18.0.0/16 on eth0", m, routes)
 		}
 	}
 	// The pods did leave traces: otherwise the check below proves nothing.

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
@@ -33,8 +34,17 @@ func main() {
 	authMode := flag.String("auth-mode", "passthrough", "gateway --auth-mode: passthrough or authorize")
 	flag.Parse()
 
+	// The process the user started (make demo, go run) may be the one
+	// signalled, and neither passes SIGTERM on: when it dies, this process
+	// gets SIGTERM and tears the environment down all the same.
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if os.Getppid() == 1 {
+		stop() // the parent died before the line above: nothing would signal us
+		fmt.Fprintln(os.Stderr, "e2e-env: the process that started this one is gone")
+		os.Exit(1)
+	}
 	if err := run(ctx, *workDir, *keep, *authMode, *noWait); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e-env:", err)
 		os.Exit(1)
