@@ -32,6 +32,11 @@
 // restrict_oom_score_adj; the kubelet tolerates cgroup v1 and swap, has no
 // eviction thresholds and never collects images (they are built locally by
 // package images and never pulled: every pod uses imagePullPolicy Never).
+// Kubelets authenticate to their apiserver with client certificates
+// (system:node:localhost in system:nodes, bound to the system:node role),
+// and authorize the apiserver's kubelet client certificate with
+// SubjectAccessReviews. containerd's shims leave its process group; Stop
+// removes them through the CRI and kills any survivor (see Leftovers).
 //
 // Everything is generated into a work directory (CA, serving and client
 // certificates, static token files, kubeconfigs per user, logs), every port is
