@@ -283,8 +283,8 @@ func TestServiceProxy(t *testing.T) {
 		labels := map[string]string{"echo": name}
 		startEcho(t, name, "member1", labels)
 		svc := karmadaService(t, name, labels, httpechoPort)
-		memberEndpoints(t, "member1", name)
 		createServiceBinding(t, svc, "member1")
+		memberEndpoints(t, "member1", name)
 		want := name + " GET /?q=a+b"
 		waitAnswer(t, seg, "/", want)
 		// And one whose member1 Service was created there directly:

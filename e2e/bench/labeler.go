@@ -159,8 +159,10 @@ func (r *Runner) labelerAtRate(ctx context.Context, rate int) (lat []time.Durati
 			lat = append(lat, at.Sub(sAt))
 		}
 	}
-	// Deleting propagates to the member, where the kubelet stops the containers.
-	delCtx, delCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Deleting propagates to the members, where the kubelets stop the
+	// containers; with a hundred real pods just started, the apiservers
+	// answer slowly on two cores.
+	delCtx, delCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer delCancel()
 	if err := admin.CoreV1().Pods(env.Namespace).DeleteCollection(delCtx, metav1.DeleteOptions{}, sel); err != nil {
 		return nil, 0, 0, fmt.Errorf("delete labeler pods: %w", err)
