@@ -10,23 +10,33 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
 
-.PHONY: all build test unit e2e demo tools karmada etcd shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
+.PHONY: all build test unit e2e demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/gateway ./cmd/gateway
 
-## tools: kube-apiserver, kube-controller-manager and kubectl from the tools
-## module, helm from its own module, Karmada from its source at one pinned
-## commit, etcd and shellcheck from Debian.
-tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl $(BIN)/helm karmada etcd shellcheck prometheus
+## tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
+## and kubectl from the tools module, helm from its own module, Karmada from
+## its source at one pinned commit, etcd, shellcheck and Prometheus from
+## Debian, and the nodes' runtime from Debian (containerd, runc, CNI plugins,
+## busybox-static, gcc for Kubernetes' pause.c, iproute2). The pods' images
+## are built from those locally when an environment starts (cached in
+## _output/images).
+tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/helm karmada etcd node-runtime shellcheck prometheus
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 
 $(BIN)/kube-controller-manager: $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+
+$(BIN)/kube-scheduler: $(TOOLS_DEPS)
+	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+
+$(BIN)/kubelet: $(TOOLS_DEPS)
+	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
 
 $(BIN)/kubectl: $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl
@@ -48,6 +58,9 @@ karmada:
 
 etcd:
 	@command -v etcd >/dev/null || hack/install-etcd.sh
+
+node-runtime:
+	@hack/install-node-runtime.sh
 
 shellcheck:
 	@command -v shellcheck >/dev/null || hack/install-debian.sh shellcheck

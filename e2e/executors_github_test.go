@@ -6,11 +6,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
 	"net/url"
-	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -52,8 +53,10 @@ func TestExecutorGitHubRunnerHooks(t *testing.T) {
 	const name, member = "exec-github", "member2"
 	pod := sleepPod(name)
 	pod.Spec.Containers[0].Name = "job"
+	// The hooks run the job in their work volume's mount point.
+	pod.Spec.Containers[0].WorkingDir = "/__w"
 	placePod(t, pod, []string{member}, member)
-	jobDir := podDir(member, name, "job")
+	jobDir := workingDir(pod, "job")
 	execPath := "/api/v1/namespaces/" + env.Namespace + "/pods/" + name + "/exec"
 
 	// The workspace: a tree with a large random file, a small one and an
@@ -121,22 +124,23 @@ func TestExecutorGitHubRunnerHooks(t *testing.T) {
 		if err := checkExitStatus(st, 0); err != nil {
 			t.Fatalf("tar xf: %v (stderr %q)", err, s.text(chStderr))
 		}
-		// The files are in the member's container dir, byte for byte.
+		// The files are in the member's container, byte for byte: asked
+		// of the member's own apiserver, past the gateway.
 		for p, want := range files {
-			got, err := os.ReadFile(filepath.Join(jobDir, p))
+			got, err := testEnv.MemberExec(ctx, member, env.Namespace, name, "job", "sha256sum", path.Join(jobDir, p))
 			if err != nil {
-				t.Errorf("%s is not in %s's job container dir: %v", p, member, err)
+				t.Errorf("%s is not in %s's job container: %v", p, member, err)
 				continue
 			}
-			if sha256.Sum256(got) != sha256.Sum256(want) {
-				t.Errorf("%s in the pod has sha256 %x (%d bytes), want %x (%d bytes)", p, sha256.Sum256(got), len(got), sha256.Sum256(want), len(want))
+			if f := strings.Fields(got); len(f) == 0 || f[0] != fmt.Sprintf("%x", sha256.Sum256(want)) {
+				t.Errorf("%s in the pod has sha256sum %q, want %x (%d bytes)", p, got, sha256.Sum256(want), len(want))
 			}
 		}
 	})
 
 	t.Run("copy out of the pod with tar", func(t *testing.T) {
 		// The hooks write results next to the workspace; copy both back.
-		if err := os.WriteFile(filepath.Join(jobDir, "_work", "result.txt"), []byte("written in the pod\n"), 0o644); err != nil {
+		if _, err := testEnv.MemberExec(t.Context(), member, env.Namespace, name, "job", "sh", "-c", "echo 'written in the pod' > _work/result.txt"); err != nil {
 			t.Fatal(err)
 		}
 		s := dialGatewayWS(t, env.UserExecOnly, execPath,

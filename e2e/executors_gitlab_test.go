@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/url"
@@ -20,21 +22,46 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// GitLab Runner's kubernetes executor mounts emptyDir volumes for the
+// checkout, the scripts and the job log in both containers, the latter two
+// at paths named after the project and job.
+const (
+	gitlabBuildsDir  = "/builds"
+	gitlabScriptsDir = "/scripts-1-42"
+	gitlabLogsDir    = "/logs-1-42"
+	gitlabLogFile    = gitlabLogsDir + "/output.log"
 )
 
 // gitlabPod is a GitLab Runner job pod: "build" runs a shell reading the
 // job script from its stdin (the attach strategy) after printing twelve
 // boot lines as its container log; "helper" idles, as the runner helper
-// does between its read-logs execs.
-func gitlabPod(name string) *corev1.Pod {
+// does between its read-logs execs, in the image with our stand-in for
+// GitLab's helper binary. Both mount the runner's emptyDir volumes; the
+// build works in the checkout. The pod pulls with the per-job registry
+// Secret the runner creates, named in imagePullSecrets.
+func gitlabPod(name, registrySecret string) *corev1.Pod {
 	pod := env.ShellPod(env.Namespace, name, `for i in $(seq 1 12); do echo "boot-$i"; done; exec sh`)
 	pod.Spec.Containers[0].Name = "build"
 	pod.Spec.Containers[0].Stdin = true
-	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
-		Name: "helper", Image: "gitlab-runner-helper",
-		Command: []string{"sh", "-c", `while true; do sleep 1; done`},
-	})
+	pod.Spec.Containers[0].WorkingDir = gitlabBuildsDir
+	pod.Spec.Containers = append(pod.Spec.Containers, env.LocalContainer("helper", images.GitLabHelper, "sh", "-c", `while true; do sleep 1; done`))
+	pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: registrySecret}}
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "repo", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "scripts", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "logs", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].VolumeMounts = []corev1.VolumeMount{
+			{Name: "repo", MountPath: gitlabBuildsDir},
+			{Name: "scripts", MountPath: gitlabScriptsDir},
+			{Name: "logs", MountPath: gitlabLogsDir},
+		}
+	}
 	return pod
 }
 
@@ -57,18 +84,47 @@ func gitlabURL(t *testing.T, pod, sub, container string, opts runtime.Object) *u
 // Running watch, the tailLines=10 log probe, the follow+timestamps log of
 // honor-entrypoint, the attach strategy (script on the build container's
 // stdin, output read by offset-resumable execs in the helper), the legacy
-// exec strategy, and the web terminal's raw channel.k8s.io WebSocket.
+// exec strategy, and the web terminal's raw channel.k8s.io WebSocket. The
+// job's registry Secret, created through the gateway as the runner does,
+// follows the pod to its member (the policy propagates dependencies).
 func TestExecutorGitLabRunner(t *testing.T) {
 	t.Parallel()
 	dumpLogsOnFailure(t)
 	const name, member = "exec-gitlab", "member2"
-	placePod(t, gitlabPod(name), []string{member}, member)
+	registry := gitlabRegistrySecret(t, name+"-registry")
+	pod := gitlabPod(name, registry.Name)
+	policy := namedPolicy(name, []string{name}, []string{member})
+	policy.Object["spec"].(map[string]any)["propagateDeps"] = true
+	createPodWithPolicy(t, pod, policy)
+	waitPlaced(t, name, member)
 	gw := gatewayClient(t, env.UserExecOnly)
+
+	t.Run("registry secret follows the pod", func(t *testing.T) {
+		cs, err := testEnv.MemberClient(member)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last error
+		err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			s, err := cs.CoreV1().Secrets(env.Namespace).Get(ctx, registry.Name, metav1.GetOptions{})
+			if err != nil {
+				last = err
+				return false, nil
+			}
+			if s.Type != corev1.SecretTypeDockerConfigJson || !bytes.Equal(s.Data[corev1.DockerConfigJsonKey], registry.Data[corev1.DockerConfigJsonKey]) {
+				return false, fmt.Errorf("the member's copy of %s has type %s and %d bytes of config, want the runner's", registry.Name, s.Type, len(s.Data[corev1.DockerConfigJsonKey]))
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("registry Secret %s never reached %s (last %v): %v", registry.Name, member, last, err)
+		}
+	})
 	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
-	buildDir := podDir(member, name, "build")
+	buildDir := workingDir(pod, "build")
 
 	t.Run("get pod and watch Running", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -180,10 +236,9 @@ func TestExecutorGitLabRunner(t *testing.T) {
 
 		// The script the runner writes on the build container's stdin: job
 		// output goes to a log file, the helper reads it by offset.
-		const script = "{ echo job-line-1; echo job-line-2; echo job-line-3; } >> output.log\n" +
+		const script = "{ echo job-line-1; echo job-line-2; echo job-line-3; } >> " + gitlabLogFile + "\n" +
 			"while [ ! -e go ]; do sleep 0.05; done\n" +
-			"{ echo job-line-4; echo job-line-5; pwd; } >> output.log\n" +
-			"echo finished > job-finished\n"
+			"{ echo job-line-4; echo job-line-5; pwd; } >> " + gitlabLogFile + "\n"
 		attachURL := gitlabURL(t, name, "attach", "build", &corev1.PodAttachOptions{Container: "build", Stdin: true})
 		if q := attachURL.Query(); q.Get("stdin") != "true" || q.Has("stdout") || q.Has("stderr") {
 			t.Fatalf("attach URL %s, want stdin only", attachURL)
@@ -214,18 +269,12 @@ func TestExecutorGitLabRunner(t *testing.T) {
 
 		// read-logs, first connection: follows the log from offset 0 and is
 		// cut once the first part is read (a dropped connection).
-		readLogs := func(offset int, follow bool) []string {
-			cmd := `tail -c +$(($1+1)) ../build/output.log`
-			if follow {
-				cmd = `while [ ! -e ../build/output.log ]; do sleep 0.05; done; tail -f -c +$(($1+1)) ../build/output.log`
-			} else {
-				cmd = `while [ ! -e ../build/job-finished ]; do sleep 0.05; done; ` + cmd
-			}
-			return []string{"sh", "-c", cmd, "read-logs", fmt.Sprint(offset)}
+		readLogs := func(offset int) []string {
+			return []string{"gitlab-runner-helper", "read-logs", "--path", gitlabLogFile, "--offset", fmt.Sprint(offset), "--wait-file-timeout", "1m0s"}
 		}
 		const part1 = "job-line-1\njob-line-2\njob-line-3\n"
 		first, err := remotecommand.NewSPDYExecutor(cfg, "POST", gitlabURL(t, name, "exec", "helper", &corev1.PodExecOptions{
-			Container: "helper", Command: readLogs(0, true), Stdout: true, Stderr: true,
+			Container: "helper", Command: readLogs(0), Stdout: true, Stderr: true,
 		}))
 		if err != nil {
 			t.Fatal(err)
@@ -271,18 +320,32 @@ func TestExecutorGitLabRunner(t *testing.T) {
 				lout.String(), lerr.String(), want, "legacy-err-42\n")
 		}
 
-		// read-logs, reconnected with the last offset: exactly the rest.
+		// read-logs, reconnected with the last offset: exactly the rest,
+		// then the runner stops reading as the job is over.
 		second, err := remotecommand.NewSPDYExecutor(cfg, "POST", gitlabURL(t, name, "exec", "helper", &corev1.PodExecOptions{
-			Container: "helper", Command: readLogs(offset, false), Stdout: true, Stderr: true,
+			Container: "helper", Command: readLogs(offset), Stdout: true, Stderr: true,
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out2, err2 syncBuffer
-		if err := second.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out2, Stderr: &err2}); err != nil {
-			t.Fatalf("read-logs from offset %d: %v (stderr %q)", offset, err, err2.String())
+		secondCtx, stopSecond := context.WithCancel(ctx)
+		secondDone := make(chan error, 1)
+		go func() {
+			secondDone <- second.StreamWithContext(secondCtx, remotecommand.StreamOptions{Stdout: &out2, Stderr: &err2})
+		}()
+		want := "job-line-4\njob-line-5\n" + buildDir + "\n"
+		if err := waitString(ctx, &out2, want, 30*time.Second); err != nil {
+			stopSecond()
+			t.Fatalf("read-logs from offset %d: %v (read %q, stderr %q)", offset, err, out2.String(), err2.String())
 		}
-		if want := "job-line-4\njob-line-5\n" + buildDir + "\n"; out2.String() != want {
+		stopSecond()
+		select {
+		case <-secondDone:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the second read-logs exec did not end")
+		}
+		if out2.String() != want {
 			t.Errorf("read-logs from offset %d read %q, want exactly %q (the rest, ending with the member's build dir)", offset, out2.String(), want)
 		}
 		attaches.check(t, 1)
@@ -325,4 +388,27 @@ func TestExecutorGitLabRunner(t *testing.T) {
 			t.Errorf("a tty session wrote %q on stderr, want everything on the terminal", stderr)
 		}
 	})
+}
+
+// gitlabRegistrySecret creates, through the gateway as the runner does, the
+// per-job Secret with the CI registry's credentials the job pod pulls with.
+func gitlabRegistrySecret(t *testing.T, name string) *corev1.Secret {
+	t.Helper()
+	auth := base64.StdEncoding.EncodeToString([]byte("gitlab-ci-token:job-token-not-a-secret"))
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: env.Namespace},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"registry.e2e.invalid":{"auth":"` + auth + `"}}}`)},
+	}
+	gw := gatewayClient(t, env.UserAdmin)
+	created, err := gw.CoreV1().Secrets(env.Namespace).Create(t.Context(), s, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create the registry Secret through the gateway: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = gw.CoreV1().Secrets(env.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	return created
 }

@@ -9,8 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	corev1 "k8s.io/api/core/v1"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 )
 
 // The replays below talk to the gateway the way executors that do not use
@@ -316,14 +314,15 @@ func checkExitStatus(st *metav1.Status, want int) error {
 	return nil
 }
 
-// podDir is where container of pod runs in member (the container's working
-// directory), symlinks resolved as pwd prints it.
-func podDir(member, pod, container string) string {
-	dir := testEnv.ContainerDir(member, env.Namespace, pod, container)
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		return real
+// workingDir is where container of pod runs commands: the spec's
+// workingDir, else the image's, which is / for every local image.
+func workingDir(pod *corev1.Pod, container string) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == container && c.WorkingDir != "" {
+			return c.WorkingDir
+		}
 	}
-	return dir
+	return "/"
 }
 
 // gatewayRequests reads karmada_gateway_requests_total{route, code} from

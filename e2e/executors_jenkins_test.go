@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -34,11 +35,9 @@ func TestExecutorJenkins(t *testing.T) {
 	// the build talks to over port-forward.
 	pod := env.ShellPod(env.Namespace, name, `while true; do sleep 1; done`)
 	pod.Spec.Containers[0].Name = "maven"
-	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
-		Name: "echo", Image: "tcpecho", Command: []string{tcpecho(t)},
-	})
+	pod.Spec.Containers = append(pod.Spec.Containers, env.LocalContainer("echo", images.Echo, tcpecho))
 	placePod(t, pod, []string{member}, member)
-	mavenDir := podDir(member, name, "maven")
+	mavenDir := workingDir(pod, "maven")
 
 	for _, code := range []int{0, 3} {
 		t.Run("exec v4 exit "+strconv.Itoa(code), func(t *testing.T) {

@@ -36,12 +36,13 @@ func TestExecutorSeedTTY(t *testing.T) {
 	t.Parallel()
 	dumpLogsOnFailure(t)
 	const name, member = "exec-seed", "member1"
-	placePod(t, sleepPod(name), []string{member}, member)
+	pod := sleepPod(name)
+	placePod(t, pod, []string{member}, member)
 	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := podDir(member, name, "main")
+	dir := workingDir(pod, "main")
 	u := execURL(t, name, &corev1.PodExecOptions{Container: "main", Command: []string{"sh"}, Stdin: true, Stdout: true, TTY: true})
 
 	for i, tc := range []struct {
@@ -85,18 +86,20 @@ func TestExecutorSeedTTY(t *testing.T) {
 			sizes <- &remotecommand.TerminalSize{Width: 100, Height: 30}
 			typeLine(waitSize(30, 100), "size=30 100\r\n")
 
-			// A sleep no other test runs, found by its argument.
-			arg := fmt.Sprintf("4242.%d", time.Now().UnixNano()%100000*10+int64(i))
-			if _, err := io.WriteString(inW, "sleep "+arg+"\r"); err != nil {
+			// A sleep no other test runs, found by its argument. By its path:
+			// busybox's shell runs the sleep applet in its own process, a
+			// path makes it a process of its own that Ctrl-C can interrupt.
+			sleep := fmt.Sprintf("/bin/sleep 4242.%d", time.Now().UnixNano()%100000*10+int64(i))
+			if _, err := io.WriteString(inW, sleep+"\r"); err != nil {
 				t.Fatal(err)
 			}
-			if err := waitProcess(ctx, t, name, "sleep "+arg, true); err != nil {
+			if err := waitProcess(ctx, t, name, sleep, true); err != nil {
 				t.Fatalf("%v; terminal output %q", err, out.String())
 			}
 			if _, err := inW.Write([]byte{0x03}); err != nil {
 				t.Fatal(err)
 			}
-			if err := waitProcess(ctx, t, name, "sleep "+arg, false); err != nil {
+			if err := waitProcess(ctx, t, name, sleep, false); err != nil {
 				t.Fatalf("Ctrl-C on the terminal did not stop the sleep: %v; terminal output %q", err, out.String())
 			}
 			typeLine("echo after-interrupt-$?\r", "after-interrupt-130\r\n")
@@ -123,10 +126,10 @@ func waitProcess(ctx context.Context, t *testing.T, pod, cmdline string, running
 	if err != nil {
 		t.Fatal(err)
 	}
-	// [s]leep does not match pgrep's own sh -c command line.
+	// [/]bin/sleep does not match the sh -c command line or grep's own.
 	pattern := "[" + cmdline[:1] + "]" + cmdline[1:]
 	u := execURL(t, pod, &corev1.PodExecOptions{
-		Container: "main", Command: []string{"sh", "-c", `pgrep -f -x "$1" >/dev/null && echo running || echo gone`, "sh", pattern}, Stdout: true, Stderr: true,
+		Container: "main", Command: []string{"sh", "-c", `ps -o args | grep -x "$1" >/dev/null && echo running || echo gone`, "sh", pattern}, Stdout: true, Stderr: true,
 	})
 	want := map[bool]string{true: "running\n", false: "gone\n"}[running]
 	var last string

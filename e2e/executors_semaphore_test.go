@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -26,10 +27,7 @@ func TestExecutorSemaphore(t *testing.T) {
 	pod := env.ShellPod(env.Namespace, name,
 		`echo main-1; echo main-2; while [ ! -e go ]; do sleep 0.05; done; echo main-3; pwd`)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	pod.Spec.InitContainers = []corev1.Container{{
-		Name: "init", Image: "semaphore-toolbox",
-		Command: []string{"sh", "-c", `echo init-1; echo init-2 >&2; pwd`},
-	}}
+	pod.Spec.InitContainers = []corev1.Container{env.LocalContainer("init", images.Busybox, "sh", "-c", `echo init-1; echo init-2 >&2; pwd`)}
 	placePod(t, pod, []string{member}, member)
 	gw := gatewayClient(t, env.UserExecOnly)
 	logs := countRoute(t, metrics.RouteLog, "200")
@@ -54,7 +52,7 @@ func TestExecutorSemaphore(t *testing.T) {
 		// order, the lines themselves are exact.
 		lines := strings.SplitAfter(string(got), "\n")
 		slices.Sort(lines)
-		want := []string{"", podDir(member, name, "init") + "\n", "init-1\n", "init-2\n"}
+		want := []string{"", workingDir(pod, "init") + "\n", "init-1\n", "init-2\n"}
 		slices.Sort(want)
 		if !slices.Equal(lines, want) {
 			t.Errorf("followed init container log %q, want exactly the lines %q in some order", got, want[1:])
@@ -100,7 +98,7 @@ func TestExecutorSemaphore(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("the follow did not end when the container exited (read %q)", got.String())
 		}
-		if want := "main-1\nmain-2\nmain-3\n" + podDir(member, name, "main") + "\n"; got.String() != want {
+		if want := "main-1\nmain-2\nmain-3\n" + workingDir(pod, "main") + "\n"; got.String() != want {
 			t.Errorf("followed main container log %q, want exactly %q", got.String(), want)
 		}
 		logs.check(t, 2)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,26 +17,31 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 )
 
 // TestStreamLimitEveryRoute: with --max-streams-per-client=2, one token
 // opens two streams on each route a long-lived response can take through
 // the real gateway, karmada-apiserver, Karmada's cluster proxy and a member,
 // and a third: the third gets the 429 Status. The cluster-proxy log follow
-// is the request that once went through uncounted. (pods/proxy and
-// services/proxy cannot stay open here, as every pod has IP 127.0.0.1;
-// pkg/proxy's TestStreamLimitEveryRoute covers them.)
+// is the request that once went through uncounted. pods/proxy stays open as
+// a WebSocket to the pod's echo server, over its pod IP. (services/proxy,
+// which needs a federated Service, is pkg/proxy's TestStreamLimitEveryRoute.)
 func TestStreamLimitEveryRoute(t *testing.T) {
 	dumpLogsOnFailure(t)
 	const perClient = 2
 	const name, member = "stream-limit", "member2"
-	placePod(t, env.ShellPod(env.Namespace, name, `while true; do echo tick; sleep 1; done`), []string{member}, member)
+	pod := env.ShellPod(env.Namespace, name, "")
+	pod.Spec.Containers[0] = env.LocalContainer("main", images.Echo, httpecho, "-name="+name, fmt.Sprintf("-listen=0.0.0.0:%d", httpechoPort))
+	placePod(t, pod, []string{member}, member)
 	restartGatewayFor(t, []string{"--max-streams-per-client=" + strconv.Itoa(perClient)}, "--max-streams-per-client=200")
 
 	clusterProxy := "/apis/cluster.karmada.io/v1alpha1/clusters/" + member + "/proxy"
 	podPath := "/api/v1/namespaces/" + env.Namespace + "/pods/" + name
 	exec := podPath + "/exec?command=sleep&command=60&stdout=true"
 	spdy := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}, "X-Stream-Protocol-Version": {"v4.channel.k8s.io"}}
+	ws := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"},
+		"Sec-Websocket-Key": {"ZTJlLWxpbWl0cy1rZXkxMg=="}, "Sec-Websocket-Protocol": {httpechoWSProtocol}}
 	routes := []struct {
 		name, method, target string
 		header               http.Header
@@ -46,6 +52,7 @@ func TestStreamLimitEveryRoute(t *testing.T) {
 		{"cluster proxy log follow", http.MethodGet, clusterProxy + podPath + "/log?follow=true", nil},
 		{"cluster proxy watch", http.MethodGet, clusterProxy + "/api/v1/namespaces/" + env.Namespace + "/pods?watch=1", nil},
 		{"cluster proxy exec", http.MethodPost, clusterProxy + exec, spdy},
+		{"pod proxy WebSocket", http.MethodGet, fmt.Sprintf("%s:%d/proxy%s", podPath, httpechoPort, httpechoWSPath), ws},
 	}
 	token := testEnv.Token(env.UserAdmin)
 	for _, rt := range routes {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 )
 
 var (
@@ -30,7 +31,7 @@ func TestPortForward(t *testing.T) {
 	dumpLogsOnFailure(t)
 	const name = "portforward"
 	pod := env.ShellPod(env.Namespace, name, "")
-	pod.Spec.Containers[0].Command = []string{tcpecho(t)}
+	pod.Spec.Containers[0] = env.LocalContainer("main", images.Echo, tcpecho)
 	placePod(t, pod, []string{"member1"}, "member1")
 	kubeconfig := testEnv.GatewayKubeconfig(env.UserExecOnly)
 

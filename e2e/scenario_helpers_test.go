@@ -59,9 +59,16 @@ func placePod(t *testing.T, pod *corev1.Pod, clusters []string, want string) {
 // at once.
 func createPlacedPod(t *testing.T, pod *corev1.Pod, clusters []string) {
 	t.Helper()
+	createPodWithPolicy(t, pod, namedPolicy(pod.Name, []string{pod.Name}, clusters))
+}
+
+// createPodWithPolicy creates policy (named after the pod) and the pod
+// through the gateway as admin; both are deleted when t ends.
+func createPodWithPolicy(t *testing.T, pod *corev1.Pod, policy *unstructured.Unstructured) {
+	t.Helper()
 	e := testEnv
 	ctx := t.Context()
-	if err := e.CreatePolicy(ctx, namedPolicy(pod.Name, []string{pod.Name}, clusters)); err != nil {
+	if err := e.CreatePolicy(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -140,49 +147,46 @@ func sleepPod(name string) *corev1.Pod {
 	return env.ShellPod(env.Namespace, name, `while true; do sleep 1; done`)
 }
 
-// containerDir is where container "main" of pod runs in member.
-func containerDir(t *testing.T, member, pod string) string {
-	t.Helper()
-	dir := testEnv.ContainerDir(member, env.Namespace, pod, "main")
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		return real
-	}
-	return dir
-}
+// podIPScript prints the pod's IPv4 address on eth0.
+const podIPScript = `ip -4 addr show eth0 | sed -n 's/.*inet \([0-9.]*\).*/\1/p'`
 
-// execPwd runs `kubectl exec pod -- sh -c 'pwd; echo marker > file'`
-// through the gateway: the working directory names the node agent, hence
-// the member, that ran the command, and the file is a second witness.
-func execPwd(ctx context.Context, pod, marker string) (string, error) {
+// execWhere runs a command printing the pod's IP and writing marker to
+// /tmp/marker, with `kubectl exec` through the gateway: every member's pods
+// have addresses of their own /24, so the IP names the member that ran it,
+// and the file is a second witness.
+func execWhere(ctx context.Context, pod, marker string) (string, error) {
 	stdout, _, err := testEnv.RunKubectl(ctx, testEnv.GatewayKubeconfig(env.UserExecOnly), nil,
-		"exec", pod, "--", "sh", "-c", "pwd; echo "+marker+" > marker")
+		"exec", pod, "--", "sh", "-c", podIPScript+"; echo "+marker+" > /tmp/marker")
 	return strings.TrimSpace(stdout), err
 }
 
 // assertExecReaches checks that an exec into pod through the gateway runs
-// in member: its working directory is member's container dir, and the file
-// it writes appears there and not in any other member.
+// in member: it reports the IP member's pod has, and the file it writes is
+// in member's container and in no other member's.
 func assertExecReaches(t *testing.T, pod, member string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	marker := fmt.Sprintf("%s-%d", pod, time.Now().UnixNano())
-	pwd, err := execPwd(ctx, pod, marker)
+	ip, err := execWhere(ctx, pod, marker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := containerDir(t, member, pod)
-	if pwd != want {
-		t.Errorf("exec into %s ran in %q, want %s's container dir %q", pod, pwd, member, want)
+	mp, err := testEnv.MemberPod(ctx, member, env.Namespace, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip == "" || ip != mp.Status.PodIP {
+		t.Errorf("exec into %s ran in a pod with IP %q, want %s's pod, IP %q", pod, ip, member, mp.Status.PodIP)
 	}
 	for _, m := range testEnv.Members() {
-		data, err := os.ReadFile(filepath.Join(containerDir(t, m, pod), "marker"))
-		got := strings.TrimSpace(string(data)) == marker
+		out, err := testEnv.MemberExec(ctx, m, env.Namespace, pod, "main", "cat", "/tmp/marker")
+		got := err == nil && strings.TrimSpace(out) == marker
 		switch {
 		case m == member && !got:
-			t.Errorf("the exec's marker is not in %s's container dir (read %q, %v)", m, data, err)
+			t.Errorf("the exec's marker is not in %s's container (read %q, %v)", m, out, err)
 		case m != member && got:
-			t.Errorf("the exec's marker is in %s's container dir, want it only in %s", m, member)
+			t.Errorf("the exec's marker is in %s's container, want it only in %s", m, member)
 		}
 	}
 }

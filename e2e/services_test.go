@@ -5,19 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,31 +28,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
-var (
-	httpechoOnce sync.Once
-	httpechoPath string
-	httpechoErr  error
-)
-
-func httpecho(t *testing.T) string {
-	t.Helper()
-	httpechoOnce.Do(func() {
-		out := filepath.Join(testEnv.WorkDir(), "httpecho")
-		cmd := exec.Command("go", "build", "-o", out, "./cmd/httpecho")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			httpechoErr = fmt.Errorf("go build ./cmd/httpecho: %w\n%s", err, b)
-			return
-		}
-		httpechoPath = out
-	})
-	if httpechoErr != nil {
-		t.Fatal(httpechoErr)
-	}
-	return httpechoPath
-}
+// httpechoPort is where httpecho listens in its pod: on every address, so
+// the member's kube-apiserver reaches it over the pod's IP.
+const httpechoPort = 8080
 
 // TestServiceProxy reaches a federated Service's pods through
 // services/{scheme:name:port}/proxy as GitLab Runner's session server does:
@@ -75,59 +51,56 @@ func TestServiceProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The member apiserver proxies only to EndpointSlice addresses that are
-	// pods' IPs (every pod here has 127.0.0.1) and nothing maintains
-	// EndpointSlices in the members, so the test writes them.
-	startEcho := func(t *testing.T, name, member string, labels map[string]string) int {
+	// A member Service selects the pod as in any cluster: the member's
+	// endpoint-slice controller lists the pod's IP, and its kube-apiserver
+	// proxies there.
+	startEcho := func(t *testing.T, name, member string, labels map[string]string) {
 		pod := env.ShellPod(env.Namespace, name, "")
 		pod.Labels = labels
-		pod.Spec.Containers[0].Command = []string{httpecho(t), "-name=" + name}
+		pod.Spec.Containers[0] = env.LocalContainer("main", images.Echo, httpecho, "-name="+name, fmt.Sprintf("-listen=0.0.0.0:%d", httpechoPort))
 		placePod(t, pod, []string{member}, member)
-		return listeningPort(t, name)
 	}
-	// memberEndpoints writes the EndpointSlice of member's Service svc:
-	// pod, listening on port.
-	memberEndpoints := func(t *testing.T, member, svc, pod string, port int) {
+	// memberEndpoints waits until the member's endpoint-slice controller
+	// lists a ready endpoint of Service svc: the proxy needs one.
+	memberEndpoints := func(t *testing.T, member, svc string) {
 		cs, err := testEnv.MemberClient(member)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ready := true
-		es := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: svc + "-e2e", Namespace: env.Namespace, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints: []discoveryv1.Endpoint{{
-				Addresses:  []string{"127.0.0.1"},
-				Conditions: discoveryv1.EndpointConditions{Ready: &ready},
-				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: env.Namespace, Name: pod},
-			}},
-			Ports: []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(port)), Protocol: new(corev1.ProtocolTCP)}},
-		}
-		es.TypeMeta = metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"}
-		putEndpointSlice(t, member, es)
-		// The member's EndpointSlice cache must have it before a request.
+		sel := discoveryv1.LabelServiceName + "=" + svc
+		var last string
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			_, err := cs.DiscoveryV1().EndpointSlices(env.Namespace).Get(ctx, es.Name, metav1.GetOptions{})
-			return err == nil, nil
+			list, err := cs.DiscoveryV1().EndpointSlices(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			for _, es := range list.Items {
+				for _, ep := range es.Endpoints {
+					if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+						return true, nil
+					}
+				}
+			}
+			last = fmt.Sprintf("%d slices, no ready endpoint", len(list.Items))
+			return false, nil
 		}); err != nil {
-			t.Fatalf("endpointslice %s not readable in %s: %v", es.Name, member, err)
+			t.Fatalf("no ready endpoint of %s in %s (%s): %v", svc, member, last, err)
 		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = cs.DiscoveryV1().EndpointSlices(env.Namespace).Delete(ctx, es.Name, metav1.DeleteOptions{})
-		})
 	}
-	// memberService creates Service svc in member directly (Karmada does
-	// not manage it; enough for passthrough mode) with its EndpointSlice.
-	memberService := func(t *testing.T, member, svc, pod string, port int) {
+	// memberService creates Service svc selecting selector in member
+	// directly (Karmada does not manage it; enough for passthrough mode).
+	memberService := func(t *testing.T, member, svc string, selector map[string]string) {
 		cs, err := testEnv.MemberClient(member)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: env.Namespace},
-			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(int32(port))}}},
+			Spec: corev1.ServiceSpec{
+				Selector: selector,
+				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(httpechoPort)}},
+			},
 		}
 		if _, err := cs.CoreV1().Services(env.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create service in %s: %v", member, err)
@@ -137,7 +110,7 @@ func TestServiceProxy(t *testing.T) {
 			defer cancel()
 			_ = cs.CoreV1().Services(env.Namespace).Delete(ctx, svc, metav1.DeleteOptions{})
 		})
-		memberEndpoints(t, member, svc, pod, port)
+		memberEndpoints(t, member, svc)
 	}
 	// karmadaService creates the Service template; targetPort 0 leaves it
 	// to default to the port.
@@ -163,9 +136,10 @@ func TestServiceProxy(t *testing.T) {
 	// boundEcho serves httpecho as the Service name, placed on member by
 	// the Service's own ResourceBinding.
 	boundEcho := func(t *testing.T, name, member string) {
-		port := startEcho(t, name, member, nil)
+		labels := map[string]string{"echo": name}
+		startEcho(t, name, member, labels)
 		svc := karmadaService(t, name, nil, 0)
-		memberService(t, member, name, name, port)
+		memberService(t, member, name, labels)
 		createServiceBinding(t, svc, member)
 	}
 	gw := gatewayClient(t, env.UserAdmin)
@@ -206,9 +180,9 @@ func TestServiceProxy(t *testing.T) {
 	t.Run("fallback to the selected pods' cluster", func(t *testing.T) {
 		const name = "svcproxy-fallback"
 		labels := map[string]string{"app": name}
-		port := startEcho(t, name, "member1", labels)
+		startEcho(t, name, "member1", labels)
 		karmadaService(t, name, labels, 0)
-		memberService(t, "member1", name, name, port)
+		memberService(t, "member1", name, labels)
 		waitAnswer(t, name+":80", "/", name+" GET /?q=a+b")
 	})
 
@@ -304,12 +278,13 @@ func TestServiceProxy(t *testing.T) {
 		// Acting as itself, the gateway reaches only Karmada's copy of the
 		// Service (a member Service of that name Karmada does not manage
 		// gets a 409), so Karmada creates the member Service from the
-		// template here, targetPort included; only the EndpointSlice is
-		// written by hand.
-		port := startEcho(t, name, "member1", nil)
-		svc := karmadaService(t, name, nil, port)
-		memberEndpoints(t, "member1", name, name, port)
+		// template here, selector and targetPort included, and the member's
+		// endpoint-slice controller lists the pod.
+		labels := map[string]string{"echo": name}
+		startEcho(t, name, "member1", labels)
+		svc := karmadaService(t, name, labels, httpechoPort)
 		createServiceBinding(t, svc, "member1")
+		memberEndpoints(t, "member1", name)
 		want := name + " GET /?q=a+b"
 		waitAnswer(t, seg, "/", want)
 		// And one whose member1 Service was created there directly:
@@ -536,36 +511,6 @@ func restartGatewayFor(t *testing.T, args []string, restore ...string) {
 	})
 }
 
-// putEndpointSlice writes es into member's storage in etcd, past the
-// apiserver: EndpointSlice validation refuses loopback addresses, every pod
-// here is a local process on 127.0.0.1 (the e2e runs only on loopback), and
-// no endpoints controller runs in the members to write one. The apiserver
-// reads JSON from etcd as well as protobuf.
-func putEndpointSlice(t *testing.T, member string, es *discoveryv1.EndpointSlice) {
-	t.Helper()
-	value, err := json.Marshal(es)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := "/" + member + "/endpointslices/" + es.Namespace + "/" + es.Name
-	etcdKV := func(op string, body map[string]string) {
-		b, _ := json.Marshal(body)
-		resp, err := http.Post(testEnv.EtcdURL()+"/v3/kv/"+op, "application/json", bytes.NewReader(b))
-		if err != nil {
-			t.Fatalf("etcd %s: %v", op, err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("etcd %s: %s %s", op, resp.Status, out)
-		}
-	}
-	etcdKV("put", map[string]string{"key": base64.StdEncoding.EncodeToString([]byte(key)), "value": base64.StdEncoding.EncodeToString(value)})
-	t.Cleanup(func() {
-		etcdKV("deleterange", map[string]string{"key": base64.StdEncoding.EncodeToString([]byte(key))})
-	})
-}
-
 // createServiceBinding places svc on cluster the way Karmada records it: a
 // ResourceBinding in the Service's namespace whose spec.resource is it.
 func createServiceBinding(t *testing.T, svc *corev1.Service, cluster string) {
@@ -594,29 +539,4 @@ func createServiceBinding(t *testing.T, svc *corev1.Service, cluster string) {
 		defer cancel()
 		_ = client.Delete(ctx, b.GetName(), metav1.DeleteOptions{})
 	})
-}
-
-// listeningPort reads the port an echo server printed as its first log line.
-func listeningPort(t *testing.T, pod string) int {
-	t.Helper()
-	kubeconfig := testEnv.GatewayKubeconfig(env.UserAdmin)
-	var port int
-	var lastLog string
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		out, _, err := testEnv.RunKubectl(ctx, kubeconfig, nil, "logs", pod)
-		if err != nil {
-			lastLog = err.Error()
-			return false, nil
-		}
-		lastLog = out
-		if m := listeningRE.FindStringSubmatch(out); m != nil {
-			port, err = strconv.Atoi(m[1])
-			return err == nil, err
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("read the port of %s from its log (last: %q): %v", pod, lastLog, err)
-	}
-	return port
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -28,7 +29,7 @@ const (
 	// fidelityContainer is the container name GitLab Runner's kubernetes
 	// executor gives the job container and looks up in containerStatuses.
 	fidelityContainer = "build"
-	fidelityImage     = "registry.example/ci/build:1.0"
+	fidelityImage     = images.Busybox
 	// symptomTimeout bounds the executor-style waits expected to hang
 	// without the customization: several of Karmada's status syncs (they
 	// follow member pod events), short enough to keep the test quick.
@@ -119,7 +120,7 @@ func TestPodStatusFidelity(t *testing.T) {
 	}
 	getPod := func(name string) func(ctx context.Context) (*corev1.Pod, error) {
 		return func(ctx context.Context) (*corev1.Pod, error) {
-			// A stopped node agent would make every wait below time out
+			// A dead kubelet or containerd would make every wait below time out
 			// for the wrong reason.
 			if err := e.ComponentErrors(); err != nil {
 				return nil, err

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 )
 
 // Transports kubectl can be forced to: WebSocket is its default for exec,
@@ -380,12 +381,12 @@ func kubectlCp(t *testing.T, kubeconfig, pod string) {
 	if out, _, err := testEnv.RunKubectl(ctx, kubeconfig, nil, "cp", local, pod+":copied.bin", "-c", "main"); err != nil {
 		t.Fatalf("kubectl cp into the pod: %v (stdout %q)", err, out)
 	}
-	inPod, err := os.ReadFile(filepath.Join(containerDir(t, "member1", pod), "copied.bin"))
+	inPod, err := testEnv.MemberExec(ctx, "member1", env.Namespace, pod, "main", "sha256sum", "copied.bin")
 	if err != nil {
 		t.Fatalf("the file kubectl cp sent is not in the pod's working dir: %v", err)
 	}
-	if !bytes.Equal(inPod, content) {
-		t.Errorf("the pod's copy has %d bytes (sha256 %x), want %d (sha256 %x)", len(inPod), sha256.Sum256(inPod), len(content), sha256.Sum256(content))
+	if got, want := strings.Fields(inPod), fmt.Sprintf("%x", sha256.Sum256(content)); len(got) == 0 || got[0] != want {
+		t.Errorf("the pod's copy has sha256sum %q, want %s", inPod, want)
 	}
 
 	back := filepath.Join(dir, "download.bin")
@@ -472,27 +473,8 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+// tcpecho and httpecho are the e2e module's test servers in the Echo image.
 var (
-	tcpechoOnce sync.Once
-	tcpechoPath string
-	tcpechoErr  error
+	tcpecho  = images.EchoBinDir + "/tcpecho"
+	httpecho = images.EchoBinDir + "/httpecho"
 )
-
-// tcpecho builds ./cmd/tcpecho once into the environment's work dir and
-// returns its absolute path, the command of a pod that serves TCP.
-func tcpecho(t *testing.T) string {
-	t.Helper()
-	tcpechoOnce.Do(func() {
-		out := filepath.Join(testEnv.WorkDir(), "tcpecho")
-		cmd := exec.Command("go", "build", "-o", out, "./cmd/tcpecho")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			tcpechoErr = fmt.Errorf("go build ./cmd/tcpecho: %w\n%s", err, b)
-			return
-		}
-		tcpechoPath = out
-	})
-	if tcpechoErr != nil {
-		t.Fatal(tcpechoErr)
-	}
-	return tcpechoPath
-}

@@ -9,10 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "prometheus is missing: run 'sudo apt-get install -y prometheus' (or run make as root)" >&2
   exit 1
 fi
-# policy-rc.d keeps the package's init script from starting a system
+# install-debian.sh keeps the package's init script from starting a system
 # Prometheus (and its node exporter) at install time.
-printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-chmod +x /usr/sbin/policy-rc.d
-trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 "$(dirname "$0")/install-debian.sh" prometheus
 promtool --version 2>&1 | sed -n 1p

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,9 +11,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -159,11 +162,44 @@ func (r *Runner) labelerAtRate(ctx context.Context, rate int) (lat []time.Durati
 			lat = append(lat, at.Sub(sAt))
 		}
 	}
-	// Deleting propagates to the member, where the node agent stops the processes.
-	delCtx, delCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Deleting propagates to the members, where the kubelets stop the
+	// containers; with a hundred real pods just started, the apiservers
+	// answer slowly on two cores.
+	// One DeleteCollection of them all outlasts the apiserver's request
+	// timeout: the pods go one request each, 16 at a time.
+	delCtx, delCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer delCancel()
-	if err := admin.CoreV1().Pods(env.Namespace).DeleteCollection(delCtx, metav1.DeleteOptions{}, sel); err != nil {
+	if err := deletePods(delCtx, admin, sel); err != nil {
 		return nil, 0, 0, fmt.Errorf("delete labeler pods: %w", err)
 	}
 	return lat, n, len(s), nil
+}
+
+// deletePods deletes the pods opts selects in namespace e2e, 16 requests
+// at a time; pods already gone are fine.
+func deletePods(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) error {
+	list, err := client.CoreV1().Pods(env.Namespace).List(ctx, opts)
+	if err != nil {
+		return err
+	}
+	sem := make(chan struct{}, 16)
+	errs := make(chan error, len(list.Items))
+	for _, p := range list.Items {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			err := client.CoreV1().Pods(env.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range list.Items {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
 }

@@ -156,8 +156,8 @@ func (r *Runner) Setup(ctx context.Context) error {
 	}
 	pods := map[string]string{
 		shellPod: `while true; do sleep 1; done`,
-		// A line every 20ms carrying the time it was written, for logs -f.
-		logTickPod: `while true; do date +%s%N; sleep 0.02; done`,
+		// A numbered line every 20ms, for logs -f.
+		logTickPod: `i=0; while true; do echo "tick-$i"; i=$((i+1)); sleep 0.02; done`,
 		// A log of LogBytes/100 lines of 100 bytes, then quiet.
 		logBulkPod: fmt.Sprintf(`yes %s | head -n %d; while true; do sleep 1; done`, strings.Repeat("x", 99), r.Sizes.LogBytes/100),
 	}

@@ -84,7 +84,7 @@ func (r *Runner) ScaleStreams(ctx context.Context) (t *Table, err error) {
 		Note: fmt.Sprintf("Each size on a freshly started gateway, with --max-streams-per-client=0: every session uses the exec-only token, and the "+
 			"default cap of 200 per client would refuse the rest with 429. Sessions are `cat` over SPDY, opened %d at a time, each proven live by "+
 			"an echo, then held %s idle. RSS, Go heap (go_memstats_heap_alloc_bytes) and CPU are the gateway process's own, sampled every second; "+
-			"per session is (peak − before)/opened. The bench process (client side and the node agents) has RLIMIT_NOFILE %d.",
+			"per session is (peak − before)/opened. The bench process (client side) has RLIMIT_NOFILE %d.",
 			sessionBurst, r.Sizes.ScaleHold, nofile.Cur) + r.proxyNote("The gateway's upstream"),
 	}
 	var xs, rss, heap []float64

@@ -43,7 +43,7 @@ func (e *Env) writeCredentials() error {
 	if e.frontProxyClient, err = e.frontProxyCA.issue(e.pkiDir, "front-proxy-client", "front-proxy-client", nil, nil); err != nil {
 		return err
 	}
-	// The member apiservers present this to the node agents, as to a kubelet.
+	// The member apiservers present this to their kubelets.
 	if e.kubeletClient, err = e.ca.issue(e.pkiDir, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil); err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (e *Env) apiServerArgs(s *apiServer) []string {
 		"--service-account-issuer=https://" + s.name + ".e2e.invalid",
 		"--service-account-key-file=" + filepath.Join(e.pkiDir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(e.pkiDir, "sa.key"),
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + serviceNetwork,
 		// No controller-manager creates default ServiceAccounts; Karmada disables it too.
 		"--disable-admission-plugins=ServiceAccount",
 		// A loopback advertise address is not a valid Endpoints address.
@@ -200,7 +200,9 @@ func (e *Env) apiServerArgs(s *apiServer) []string {
 			"--kubelet-client-certificate="+e.kubeletClient.CertFile,
 			"--kubelet-client-key="+e.kubeletClient.KeyFile,
 			"--kubelet-certificate-authority="+filepath.Join(e.pkiDir, "ca.crt"),
-			"--kubelet-preferred-address-types=InternalIP",
+			// The kubelet's Node is "localhost": dialing it by hostname keeps
+			// exec, attach, logs and port-forward on loopback.
+			"--kubelet-preferred-address-types=Hostname",
 		)
 	}
 	return args
@@ -234,7 +236,7 @@ func (e *Env) waitReady(ctx context.Context, s *apiServer) error {
 
 // StopMember stops member's apiserver, an outage as the rest of the
 // topology sees it: SIGTERM, then SIGKILL after 3s (kube-apiserver can take
-// longer than that to exit while clients hold streams). The node agent and
+// longer than that to exit while clients hold streams). The kubelet and
 // Karmada keep running and see it go.
 func (e *Env) StopMember(name string) {
 	e.member(name).proc.stop(3 * time.Second)

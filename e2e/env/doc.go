@@ -1,10 +1,42 @@
 // Package env starts the end-to-end topology as local processes on loopback:
 // one etcd, a karmada-apiserver with the Karmada CRDs, member kube-apiservers,
-// a node agent per member (in-process), real Karmada (karmada-aggregated-
-// apiserver, -controller-manager, -scheduler and -webhook built from its
-// source, plus kube-controller-manager for garbage collection) with every
-// member joined in Push mode as `karmadactl join` does, and the gateway as a
-// real process built from cmd/gateway.
+// a real node per member, real Karmada (karmada-aggregated-apiserver,
+// -controller-manager, -scheduler and -webhook built from its source, plus
+// kube-controller-manager for garbage collection) with every member joined in
+// Push mode as `karmadactl join` does, and the gateway as a real process
+// built from cmd/gateway.
+//
+// A member's node is what a real cluster runs: containerd (its own root,
+// state and socket under the work dir), a kubelet on it, and the member's
+// kube-scheduler and kube-controller-manager (endpoint slices, node
+// lifecycle). Three choices keep several environments apart on one machine
+// and keep traffic local:
+//
+//   - The Node is named localhost and the member's kube-apiserver prefers the
+//     Hostname address, so the apiserver-to-kubelet hop stays on loopback (a
+//     kubelet refuses a loopback node IP; its InternalIP is the bridge
+//     address).
+//   - Each member claims a slot (a flock'd file under /run, released by the
+//     kernel when the process dies, however it dies): the slot names the /24
+//     of 198.18.0.0/16 its pods get, the bridge they hang on and the
+//     kubelet's cgroupRoot. Distinct cgroup roots matter: a kubelet
+//     garbage-collects pod cgroups it does not know below its root, and one
+//     containerd per kubelet, because a kubelet removes sandboxes it does
+//     not know.
+//   - The environment creates the bridge with the host's address itself, and
+//     the CNI bridge plugin only attaches veths (no gateway, no masquerade,
+//     no default route in pods): pod traffic reaches only the host and the
+//     node's own pods.
+//
+// The machine lacks CAP_SYS_RESOURCE, so containerd runs with
+// restrict_oom_score_adj; the kubelet tolerates cgroup v1 and swap, has no
+// eviction thresholds and never collects images (they are built locally by
+// package images and never pulled: every pod uses imagePullPolicy Never).
+// Kubelets authenticate to their apiserver with client certificates
+// (system:node:localhost in system:nodes, bound to the system:node role),
+// and authorize the apiserver's kubelet client certificate with
+// SubjectAccessReviews. containerd's shims leave its process group; Stop
+// removes them through the CRI and kills any survivor (see Leftovers).
 //
 // Everything is generated into a work directory (CA, serving and client
 // certificates, static token files, kubeconfigs per user, logs), every port is

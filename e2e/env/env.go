@@ -75,6 +75,12 @@ type Options struct {
 	CRDDir string
 	// Etcd is the etcd binary (default /usr/bin/etcd).
 	Etcd string
+	// Containerd is the containerd binary (default /usr/bin/containerd,
+	// Debian's containerd package, which brings ctr and the runc shim).
+	Containerd string
+	// ImageCacheDir caches the pods' images, built locally (default
+	// _output/images in the repository).
+	ImageCacheDir string
 	// WorkDir receives certificates, tokens, kubeconfigs, logs and data.
 	// Empty means a new temporary directory.
 	WorkDir string
@@ -85,8 +91,8 @@ type Options struct {
 	Gateway GatewayOptions
 	// Log receives one line per startup step; nil discards.
 	Log io.Writer
-	// ComponentLogVerbosity is the klog verbosity of the in-process node
-	// agents, whose logs go to WorkDir/logs.
+	// ComponentLogVerbosity is the klog verbosity of in-process
+	// components, whose logs go to WorkDir/logs.
 	ComponentLogVerbosity int
 }
 
@@ -129,6 +135,7 @@ type Env struct {
 	etcdTmpfsDir string
 	karmada      *apiServer
 	members      map[string]*apiServer
+	nodes        map[string]*node
 	karmadaProcs karmadaProcesses
 
 	gwMu       sync.Mutex
@@ -136,6 +143,10 @@ type Env struct {
 	gatewayBin string
 	buildDone  chan struct{} // closed when the build started by Start ends
 	buildErr   error
+
+	imagesDone chan struct{} // closed when the image build started by Start ends
+	imagesTar  string
+	imagesErr  error
 
 	compMu     sync.Mutex
 	compErrors []error
@@ -172,6 +183,12 @@ func DefaultOptions(opts Options) Options {
 	}
 	if opts.Etcd == "" {
 		opts.Etcd = "/usr/bin/etcd"
+	}
+	if opts.Containerd == "" {
+		opts.Containerd = "/usr/bin/containerd"
+	}
+	if opts.ImageCacheDir == "" && root != "" {
+		opts.ImageCacheDir = filepath.Join(root, "_output", "images")
 	}
 	if os.Getenv("E2E_KEEP") != "" {
 		opts.KeepWorkDir = true
@@ -219,8 +236,8 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // On error everything already started is stopped again.
 func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	opts = DefaultOptions(opts)
-	bins := []string{opts.Etcd}
-	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kubectl"} {
+	bins := []string{opts.Etcd, opts.Containerd}
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"} {
 		bins = append(bins, filepath.Join(opts.BinDir, b))
 	}
 	for _, b := range []string{karmadaAggregatedAPIServer, karmadaControllerManager, karmadaScheduler, karmadaWebhook} {
@@ -228,7 +245,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}
 	for _, bin := range bins {
 		if !fileExists(bin) {
-			return nil, fmt.Errorf("%s is missing (make tools builds Kubernetes' and Karmada's binaries; apt-get install etcd-server gives etcd)", bin)
+			return nil, fmt.Errorf("%s is missing (make tools builds Kubernetes' and Karmada's binaries and installs etcd and containerd from Debian)", bin)
 		}
 	}
 	for _, dir := range []string{opts.KarmadaSrcDir, opts.CRDDir} {
@@ -236,7 +253,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, fmt.Errorf("Karmada source %s is missing (make tools fetches it)", dir)
 		}
 	}
-	e := &Env{opts: opts, log: opts.Log, tokens: map[string]string{}, members: map[string]*apiServer{}}
+	e := &Env{opts: opts, log: opts.Log, tokens: map[string]string{}, members: map[string]*apiServer{}, nodes: map[string]*node{}}
 	if e.log == nil {
 		e.log = io.Discard
 	}
@@ -272,6 +289,13 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		}()
 	}
 
+	// The pods' images build (or come from the cache) meanwhile too.
+	e.imagesDone = make(chan struct{})
+	go func() {
+		defer close(e.imagesDone)
+		e.imagesTar, e.imagesErr = e.buildImages(ctx)
+	}()
+
 	if err := e.writeCredentials(); err != nil {
 		return nil, err
 	}
@@ -299,10 +323,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := e.writeKubeconfigs(); err != nil {
 		return nil, err
 	}
-	if err := e.startNodeAgents(ctx); err != nil {
+	if err := e.startNodes(ctx); err != nil {
 		return nil, err
 	}
-	e.logf("node agents ready (%s)", time.Since(start).Round(time.Millisecond))
+	e.logf("nodes ready: kubelets on containerd (%s)", time.Since(start).Round(time.Millisecond))
 	if err := e.startKarmada(ctx); err != nil {
 		return nil, err
 	}
@@ -351,8 +375,10 @@ func randomToken() string {
 }
 
 // Stop tears everything down: in-process components, the gateway, the
-// apiservers and etcd (SIGTERM, then SIGKILL), and removes WorkDir unless
-// Options.KeepWorkDir. It is safe to call more than once.
+// nodes (kubelets, every pod sandbox, containerd, bridges, mounts and
+// cgroups), Karmada, the apiservers and etcd (SIGTERM, then SIGKILL), and
+// removes WorkDir unless Options.KeepWorkDir. It is safe to call more than
+// once.
 func (e *Env) Stop() { e.stop(e.opts.KeepWorkDir) }
 
 func (e *Env) stop(keep bool) {
@@ -364,6 +390,14 @@ func (e *Env) stop(keep bool) {
 			e.gateway.proc.stop(5 * time.Second)
 		}
 		e.gwMu.Unlock()
+		if e.imagesDone != nil {
+			<-e.imagesDone
+		}
+		var nodes sync.WaitGroup
+		for _, n := range e.nodes {
+			nodes.Go(func() { e.stopNode(n) })
+		}
+		nodes.Wait()
 		for _, p := range e.karmadaProcs.all() {
 			p.stop(5 * time.Second)
 		}
@@ -519,9 +553,11 @@ func (e *Env) runComponent(name string, fn func(ctx context.Context) error) erro
 	return nil
 }
 
-// ComponentErrors reports in-process components that stopped on their own.
+// ComponentErrors reports in-process components that stopped on their own
+// and node processes (containerd, kubelet, the member's scheduler and
+// controllers) that exited without a stop or kill.
 func (e *Env) ComponentErrors() error {
 	e.compMu.Lock()
 	defer e.compMu.Unlock()
-	return errors.Join(e.compErrors...)
+	return errors.Join(append(slices.Clone(e.compErrors), e.nodeErrors()...)...)
 }

@@ -26,6 +26,8 @@ type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// halted is set while the process is down on purpose (stop or kill).
+	halted bool
 }
 
 func (p *process) start() error {
@@ -57,7 +59,7 @@ func (p *process) start() error {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	done := make(chan struct{})
-	p.cmd, p.done, p.err = cmd, done, nil
+	p.cmd, p.done, p.err, p.halted = cmd, done, nil, false
 	go func() {
 		err := cmd.Wait()
 		fmt.Fprintf(logFile, "=== %s exit %s: %v\n", time.Now().Format(time.RFC3339Nano), p.name, err)
@@ -101,11 +103,36 @@ func (p *process) exitErr() error {
 	return fmt.Errorf("%s exited: %w", p.name, p.err)
 }
 
+// died reports whether the process was started and has exited without a
+// stop or kill.
+func (p *process) died() bool {
+	p.mu.Lock()
+	halted := p.halted
+	p.mu.Unlock()
+	return !halted && p.exited() != nil && !p.running()
+}
+
+// halt marks the process as down on purpose and returns its current run.
+func (p *process) halt() (*exec.Cmd, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.halted = true
+	return p.cmd, p.done
+}
+
+// kill sends SIGKILL to the process group and waits for the exit: a crash.
+func (p *process) kill() {
+	cmd, done := p.halt()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+}
+
 // stop sends SIGTERM to the process group, then SIGKILL after grace.
 func (p *process) stop(grace time.Duration) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
+	cmd, done := p.halt()
 	if cmd == nil {
 		return
 	}

@@ -3,7 +3,6 @@ package env
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -40,21 +40,23 @@ func PropagationPolicy(namespace, name string, clusters []string) *unstructured.
 	}}
 }
 
-// ShellPod is a one-container Pod (container "main") running script with sh.
-// The node agent runs the command as a local process; the image is a label.
+// ShellPod is a one-container Pod (container "main") running script with
+// sh in the local busybox image, which no node ever pulls.
 func ShellPod(namespace, name, script string) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:    "main",
-				Image:   "busybox",
-				Command: []string{"sh", "-c", script},
-			}},
+			Containers:                    []corev1.Container{LocalContainer("main", images.Busybox, "sh", "-c", script)},
 			TerminationGracePeriodSeconds: new(int64),
 		},
 	}
+}
+
+// LocalContainer is a container of one of the environment's local images
+// (package images) with imagePullPolicy Never.
+func LocalContainer(name, image string, command ...string) corev1.Container {
+	return corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: command}
 }
 
 // CreatePolicy creates a PropagationPolicy in karmada-apiserver as admin.
@@ -102,7 +104,7 @@ func (e *Env) DeletePod(ctx context.Context, namespace, name string) error {
 }
 
 // WaitPodRunning waits until the Pod template in karmada-apiserver reports
-// phase Running, i.e. Karmada propagated it, the node agent started it
+// phase Running, i.e. Karmada propagated it, the member's scheduler bound it, the kubelet started it
 // and the status came back, then returns the template.
 func (e *Env) WaitPodRunning(ctx context.Context, namespace, name string, timeout time.Duration) (*corev1.Pod, error) {
 	client, err := e.KarmadaClient(UserAdmin)
@@ -178,10 +180,14 @@ func (e *Env) MemberPod(ctx context.Context, member, namespace, name string) (*c
 	return &list.Items[0], nil
 }
 
-// ContainerDir is the directory the node agent of member runs container of
-// namespace/pod in: its working directory and HOME unless the spec sets a
-// workingDir. A test reads a file an exec wrote there to know which member
-// the exec reached.
-func (e *Env) ContainerDir(member, namespace, pod, container string) string {
-	return filepath.Join(e.workDir, "nodes", member, namespace, pod, container)
+// MemberExec runs command in container of pod through member's apiserver
+// directly (kubectl as the member's admin), past Karmada and the gateway:
+// a test's witness of what is in which member's container.
+func (e *Env) MemberExec(ctx context.Context, member, namespace, pod, container string, command ...string) (string, error) {
+	args := append([]string{"-n", namespace, "exec", pod, "-c", container, "--"}, command...)
+	stdout, _, err := e.RunKubectl(ctx, e.MemberKubeconfig(member), nil, args...)
+	if err != nil {
+		return stdout, fmt.Errorf("in %s: %w", member, err)
+	}
+	return stdout, nil
 }

@@ -1,10 +1,12 @@
 // Command e2e-env is `make demo`: it starts the end-to-end topology (etcd,
-// karmada-apiserver, two members with node agents, real Karmada's
+// karmada-apiserver, two members each with a kubelet on its own containerd,
+// real Karmada's
 // aggregated apiserver, controller-manager, scheduler and webhook, and the
 // gateway), propagates a pod, and runs the real kubectl exec and logs
 // through the gateway — next to the same exec against karmada-apiserver,
 // which fails as it does for every executor today. Then it waits for Ctrl-C
-// so you can try it yourself, and tears everything down.
+// (or SIGINT/SIGTERM) so you can try it yourself, and tears everything down:
+// containers, sandboxes, containerd, bridges and mounts included.
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
@@ -31,8 +34,17 @@ func main() {
 	authMode := flag.String("auth-mode", "passthrough", "gateway --auth-mode: passthrough or authorize")
 	flag.Parse()
 
+	// The process the user started (make demo, go run) may be the one
+	// signalled, and neither passes SIGTERM on: when it dies, this process
+	// gets SIGTERM and tears the environment down all the same.
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if os.Getppid() == 1 {
+		stop() // the parent died before the line above: nothing would signal us
+		fmt.Fprintln(os.Stderr, "e2e-env: the process that started this one is gone")
+		os.Exit(1)
+	}
 	if err := run(ctx, *workDir, *keep, *authMode, *noWait); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e-env:", err)
 		os.Exit(1)
@@ -128,7 +140,7 @@ func (d demo) run() error {
 		return errors.New("exec against karmada-apiserver succeeded; the demo expected it to fail")
 	}
 	fmt.Println("# the gateway routes the same command to the member cluster:")
-	if err := d.kubectl(d.execOnly, "exec", "demo", "--", "sh", "-c", `echo "I run on $(hostname) in $(pwd)"`); err != nil {
+	if err := d.kubectl(d.execOnly, "exec", "demo", "--", "sh", "-c", `echo "I run in container $(hostname) at $(ip -4 addr show eth0 | sed -n 's/.*inet \([0-9.\/]*\).*/\1/p')"`); err != nil {
 		return err
 	}
 	return d.kubectl(d.execOnly, "logs", "demo", "--tail=5")

@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// TestDemoStopsWithItsParent runs the demo (cmd/e2e-env) as `make demo`
+// does, below a parent process, and sends SIGTERM to the parent once the
+// demo waits for Ctrl-C: the demo tears the environment down (it learns of
+// its parent's death) and nothing naming its work directory is left.
+func TestDemoStopsWithItsParent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "e2e-env")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/e2e-env").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/e2e-env: %v\n%s", err, out)
+	}
+	workDir := filepath.Join(dir, "work")
+	// bash waits for the demo as make does, and dies of SIGTERM.
+	parent := exec.Command("bash", "-c", `"$0" --work-dir "$1" & wait`, bin, workDir)
+	stdout, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent.Stderr = parent.Stdout
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = parent.Process.Kill(); _ = parent.Wait() }()
+	up := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		closed := false
+		for sc.Scan() {
+			if !closed && strings.Contains(sc.Text(), "Press Ctrl-C") {
+				close(up)
+				closed = true
+			}
+		}
+	}()
+	select {
+	case <-up:
+	case <-time.After(4 * time.Minute):
+		t.Fatal("the demo did not come up within 4 minutes")
+	}
+	if err := parent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var left []string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		left = processesNaming(t, workDir)
+		_, statErr := os.Stat(workDir)
+		return len(left) == 0 && os.IsNotExist(statErr) && !mountedUnder(t, workDir), nil
+	}); err != nil {
+		t.Fatalf("after SIGTERM to the demo's parent: processes %q, work dir or mounts left: %v", left, err)
+	}
+}

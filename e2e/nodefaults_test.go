@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+)
+
+// tickerScript prints a numbered line five times a second.
+const tickerScript = `i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done`
+
+// TestNodeFaults breaks a member's real node under running streams: the
+// kubelet killed during an exec and a `logs -f`, then containerd killed
+// during an exec, and a container exiting while attached. The streams end
+// promptly instead of hanging, the other member keeps serving execs, the
+// node comes back, and the attached container's exit code is in its pod's
+// status. Not parallel: it takes member1's node down.
+//
+// Known gap, what the real components do: a stream cut by the node's
+// death ends for the client exactly like a complete one. kube-apiserver
+// ends a proxied log body it could not finish with a clean last chunk, and
+// closes an exec tunnel whose kubelet died without a status on the error
+// channel, which client-go reads as success; Karmada's cluster proxy and the
+// gateway relay both as they are. The gateway does not yet turn such an end
+// into an error (it would have to watch the error channel of the SPDY or
+// WebSocket stream), so the subtests below assert that the streams end and
+// log how, and name the gap.
+func TestNodeFaults(t *testing.T) {
+	dumpLogsOnFailure(t)
+	const ticker, other = "fault-ticker", "fault-other"
+	placePod(t, env.ShellPod(env.Namespace, ticker, tickerScript), []string{"member1"}, "member1")
+	placePod(t, sleepPod(other), []string{"member2"}, "member2")
+	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := gatewayClient(t, env.UserExecOnly)
+
+	// startExec runs a long exec in the ticker pod through the gateway and
+	// returns once it printed, with the channel its end arrives on.
+	startExec := func(t *testing.T, ctx context.Context) <-chan error {
+		t.Helper()
+		exe, err := remotecommand.NewSPDYExecutor(cfg, "POST", execURL(t, ticker, &corev1.PodExecOptions{
+			Container: "main", Command: []string{"sh", "-c", "echo started; exec sleep 600"}, Stdout: true, Stderr: true,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out syncBuffer
+		done := make(chan error, 1)
+		go func() { done <- exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}) }()
+		if err := waitString(ctx, &out, "started\n", 30*time.Second); err != nil {
+			t.Fatalf("exec did not start: %v", err)
+		}
+		return done
+	}
+	// expectStreamEnd waits for the end of a stream cut by a fault.
+	expectStreamEnd := func(t *testing.T, what string, done <-chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Logf("%s ended without an error, as if it had completed (the known gap)", what)
+			} else {
+				t.Logf("%s ended with: %v", what, err)
+			}
+		case <-time.After(90 * time.Second):
+			t.Errorf("%s still runs 90s after the fault", what)
+		}
+	}
+	restart := func(t *testing.T, what string, start func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := start(ctx); err != nil {
+			t.Fatalf("restart %s: %v", what, err)
+		}
+		// The node serves execs again, through the gateway.
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, _, err := kubectlExecAs(ctx, env.UserExecOnly, ticker)
+			return err == nil, nil
+		}); err != nil {
+			t.Fatalf("exec into %s after %s came back: %v", ticker, what, err)
+		}
+	}
+
+	// crash kills a part of member1's node, checks that every stream ends
+	// and that member2 keeps serving execs, and starts the part again.
+	crash := func(t *testing.T, what string, kill func(), start func(context.Context) error, streams map[string]<-chan error) {
+		t.Helper()
+		kill()
+		restarted := false
+		defer func() {
+			if !restarted {
+				restart(t, what, start)
+			}
+		}()
+		for stream, done := range streams {
+			expectStreamEnd(t, stream, done)
+		}
+		expectExec(t, what+" down", env.UserExecOnly, other)
+		restart(t, what, start)
+		restarted = true
+	}
+
+	t.Run("kubelet killed: exec and logs -f end, unreported (known gap)", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		execDone := startExec(t, ctx)
+
+		rc, err := gw.CoreV1().Pods(env.Namespace).GetLogs(ticker, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		lines := make(chan string, 1024)
+		logsDone := make(chan error, 1)
+		go func() {
+			sc := bufio.NewScanner(rc)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			// Scanner hides io.EOF: nil here is a clean end of the body.
+			logsDone <- sc.Err()
+		}()
+		for range 3 {
+			select {
+			case l := <-lines:
+				if !strings.HasPrefix(l, "tick-") {
+					t.Fatalf("followed log line %q, want tick-N", l)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no followed log line within 30s")
+			}
+		}
+
+		crash(t, "member1's kubelet", func() { testEnv.KillKubelet("member1") },
+			func(ctx context.Context) error { return testEnv.StartKubelet(ctx, "member1") },
+			map[string]<-chan error{"the exec through the gateway": execDone, "logs -f through the gateway": logsDone})
+	})
+
+	t.Run("containerd killed: exec ends, unreported (known gap)", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		execDone := startExec(t, ctx)
+		crash(t, "member1's containerd", func() { testEnv.KillContainerd("member1") },
+			func(ctx context.Context) error { return testEnv.StartContainerd(ctx, "member1") },
+			map[string]<-chan error{"the exec through the gateway": execDone})
+	})
+
+	t.Run("container exits while attached: exit code in the pod status", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		const name = "fault-attach"
+		pod := env.ShellPod(env.Namespace, name, `echo attach-ready; read line; echo "got $line"; exit 7`)
+		pod.Spec.Containers[0].Stdin = true
+		pod.Spec.Containers[0].StdinOnce = true
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		placePod(t, pod, []string{"member1"}, "member1")
+		u := gw.CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(name).SubResource("attach").
+			VersionedParams(&corev1.PodAttachOptions{Container: "main", Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+		exe, err := remotecommand.NewSPDYExecutor(cfg, "POST", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out syncBuffer
+		streamErr := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader("bye\n"), Stdout: &out, Stderr: &out})
+		if !strings.Contains(out.String(), "got bye") {
+			t.Errorf("attach output %q lacks the container's answer %q", out.String(), "got bye")
+		}
+		var ce interface{ ExitStatus() int }
+		switch {
+		case errors.As(streamErr, &ce) && ce.ExitStatus() == 7:
+		case streamErr == nil:
+			// The kubelet ends an attach with Success whatever the exit
+			// code (an attach is not a process of its own); the code is in
+			// the pod's status, where GitLab Runner reads it.
+		default:
+			t.Errorf("attach ended with %v, want exit code 7 or a clean end", streamErr)
+		}
+		var last string
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := testEnv.MemberPod(ctx, "member1", env.Namespace, name)
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if term := cs.State.Terminated; cs.Name == "main" && term != nil {
+					if term.ExitCode != 7 {
+						return false, fmt.Errorf("container terminated with exit code %d, want 7", term.ExitCode)
+					}
+					return true, nil
+				}
+			}
+			last = string(p.Status.Phase)
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("the member's pod status never showed exit code 7 (last %s): %v", last, err)
+		}
+		if streamErr == nil {
+			t.Logf("attach ended cleanly; the exit code came from the pod status")
+		}
+	})
+}
