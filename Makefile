@@ -16,7 +16,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/gateway/Chart.
 IMAGE ?= ghcr.io/karmada-exec-gateway/karmada-exec-gateway:$(VERSION)
 PUSH ?=
 
-.PHONY: all build image test unit e2e demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
+.PHONY: all build image ca-certificates test unit e2e demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
 
 all: build
 
@@ -25,7 +25,7 @@ build:
 
 ## image: the gateway image as an OCI archive in _output/image, reproducible per
 ## commit, without Docker; IMAGE=... PUSH=1 also pushes it (docker login's creds).
-image:
+image: ca-certificates
 	cd e2e && $(GO) run ./cmd/gateway-image -repo .. -image $(IMAGE) -version $(VERSION) \
 		-out $(CURDIR)/_output/image/karmada-exec-gateway.tar $(if $(PUSH),-push)
 
@@ -74,6 +74,10 @@ etcd:
 node-runtime:
 	@hack/install-node-runtime.sh
 
+# The gateway image carries Debian's CA bundle (make image, e2e/images' tests).
+ca-certificates:
+	@test -f /etc/ssl/certs/ca-certificates.crt || hack/install-debian.sh ca-certificates
+
 shellcheck:
 	@command -v shellcheck >/dev/null || hack/install-debian.sh shellcheck
 
@@ -91,7 +95,7 @@ vet:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 
-unit: $(BIN)/helm shellcheck prometheus
+unit: $(BIN)/helm shellcheck prometheus ca-certificates
 	$(GO) test -race -count=1 ./...
 	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 

@@ -32,6 +32,10 @@ const (
 	GatewayUser = "65532:65532"
 	// CABundle is where Go's crypto/x509 looks first on Linux.
 	CABundle = "/etc/ssl/certs/ca-certificates.crt"
+	// GatewayRepository is where releases are published: the chart's
+	// default image.repository, make image's default and the release
+	// workflow's target.
+	GatewayRepository = "ghcr.io/karmada-exec-gateway/karmada-exec-gateway"
 )
 
 // GatewayOptions says what goes into the gateway image.

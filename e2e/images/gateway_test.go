@@ -225,3 +225,21 @@ func imageFiles(t *testing.T, img v1.Image) map[string][]byte {
 		}
 	}
 }
+
+// TestGatewayRepositoryAgrees: the chart runs by default what make image
+// and the release workflow publish.
+func TestGatewayRepositoryAgrees(t *testing.T) {
+	for file, want := range map[string]string{
+		"charts/gateway/values.yaml":    "  repository: " + GatewayRepository + "\n",
+		"Makefile":                      "IMAGE ?= " + GatewayRepository + ":$(VERSION)\n",
+		".github/workflows/release.yml": `IMAGE="` + GatewayRepository + `:${TAG#v}"`,
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s does not have %q", file, want)
+		}
+	}
+}

@@ -18,7 +18,7 @@ import (
 func main() {
 	var (
 		repo     = flag.String("repo", "..", "the gateway module's directory (a git checkout)")
-		image    = flag.String("image", "ghcr.io/karmada-exec-gateway/karmada-exec-gateway:dev", "the image reference: the archive's tag and the push target")
+		image    = flag.String("image", images.GatewayRepository+":dev", "the image reference: the archive's tag and the push target")
 		out      = flag.String("out", "_output/image/karmada-exec-gateway.tar", "the OCI layout archive to write")
 		arch     = flag.String("arch", "amd64", "the GOARCH to build for")
 		version  = flag.String("version", "dev", "the org.opencontainers.image.version label")
