@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
 # The gateway image: a static binary on distroless, running as non-root.
 #   docker build -t karmada-exec-gateway:dev .
+# For users with Docker. Releases come from `make image`, which builds the same
+# layout (/gateway, user 65532:65532, /etc/ssl/certs/ca-certificates.crt)
+# without a daemon or a base image, reproducibly per commit.
 
 FROM golang:1.26.8 AS build
 WORKDIR /src
@@ -13,7 +16,7 @@ ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/gateway ./cmd/gateway
+    go build -trimpath -buildvcs=false -ldflags="-s -w -buildid=" -o /out/gateway ./cmd/gateway
 
 FROM gcr.io/distroless/static-debian12:nonroot
 LABEL org.opencontainers.image.title="karmada-exec-gateway" \

@@ -10,12 +10,24 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
 
-.PHONY: all build test unit e2e demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
+# The gateway image: the chart's default (image.repository, tag = appVersion),
+# so `make image PUSH=1` publishes what the chart runs.
+VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/gateway/Chart.yaml)
+IMAGE ?= ghcr.io/karmada-exec-gateway/karmada-exec-gateway:$(VERSION)
+PUSH ?=
+
+.PHONY: all build image ca-certificates test unit e2e demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/gateway ./cmd/gateway
+
+## image: the gateway image as an OCI archive in _output/image, reproducible per
+## commit, without Docker; IMAGE=... PUSH=1 also pushes it (docker login's creds).
+image: ca-certificates
+	cd e2e && $(GO) run ./cmd/gateway-image -repo .. -image $(IMAGE) -version $(VERSION) \
+		-out $(CURDIR)/_output/image/karmada-exec-gateway.tar $(if $(PUSH),-push)
 
 ## tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
 ## and kubectl from the tools module, helm from its own module, Karmada from
@@ -62,6 +74,10 @@ etcd:
 node-runtime:
 	@hack/install-node-runtime.sh
 
+# The gateway image carries Debian's CA bundle (make image, e2e/images' tests).
+ca-certificates:
+	@test -f /etc/ssl/certs/ca-certificates.crt || hack/install-debian.sh ca-certificates
+
 shellcheck:
 	@command -v shellcheck >/dev/null || hack/install-debian.sh shellcheck
 
@@ -79,7 +95,7 @@ vet:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 
-unit: $(BIN)/helm shellcheck prometheus
+unit: $(BIN)/helm shellcheck prometheus ca-certificates
 	$(GO) test -race -count=1 ./...
 	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 

@@ -1,5 +1,7 @@
-// Package images builds the container images the e2e environment's pods
-// run, from what is on this machine: Kubernetes' own pause.c compiled with
+// Package images builds container images from what is on this machine,
+// without a Docker daemon and without pulling anything: the gateway's
+// release image (gateway.go), and the images the e2e environment's pods
+// run: Kubernetes' own pause.c compiled with
 // gcc -static, Debian's busybox-static with its applets linked, and the e2e
 // module's test servers built with CGO_ENABLED=0. go-containerregistry packs
 // them into one docker-save tarball that `ctr images import` loads into a
@@ -277,16 +279,41 @@ type entry struct {
 	file string
 	data []byte
 	link string
+	// uid owns the entry (and gid the same); root when zero.
+	uid int
 }
 
 // layer writes entries, sorted, owned by root and dated at the epoch, so the
 // same inputs always give the same digest.
 func layer(entries []entry) (v1.Layer, error) {
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.path, b.path) })
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	if err := tarEntries(&buf, entries); err != nil {
+		return nil, err
+	}
+	b := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+}
+
+// writeTar writes entries as the tar file out, like a layer.
+func writeTar(out string, entries []entry) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if err := tarEntries(f, entries); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// tarEntries writes entries sorted by path, dated at the epoch and without
+// user names, so the bytes depend on the entries alone.
+func tarEntries(w io.Writer, entries []entry) error {
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.path, b.path) })
+	tw := tar.NewWriter(w)
 	for _, e := range entries {
-		hdr := &tar.Header{Name: e.path, Mode: int64(e.mode.Perm()), ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		hdr := &tar.Header{Name: e.path, Mode: int64(e.mode.Perm()), Uid: e.uid, Gid: e.uid, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
 		if e.mode&fs.ModeSticky != 0 {
 			hdr.Mode |= 0o1000
 		}
@@ -300,23 +327,19 @@ func layer(entries []entry) (v1.Layer, error) {
 			if e.file != "" {
 				var err error
 				if data, err = os.ReadFile(e.file); err != nil {
-					return nil, err
+					return err
 				}
 			}
 			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(data))
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := tw.Write(data); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	b := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	return tw.Close()
 }
 
 // image is layers with cfg, for this machine's platform.
