@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
@@ -46,4 +48,45 @@ func Run(t testing.TB, args ...string) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	return stdout.String(), stderr.String(), err
+}
+
+// ReadmeHelmSection returns the sh blocks of the root README's "Install
+// with Helm" section, line by line as written (comments included): the
+// commands a user copies.
+func ReadmeHelmSection(t testing.TB) []string {
+	t.Helper()
+	root, err := env.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(src), "\n## Install with Helm\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Install with Helm" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var lines []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		for line := range strings.SplitSeq(m[1], "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				lines = append(lines, line)
+			}
+		}
+	}
+	return lines
+}
+
+// ReadmeHelmCommands is ReadmeHelmSection without its comment lines.
+func ReadmeHelmCommands(t testing.TB) []string {
+	t.Helper()
+	var cmds []string
+	for _, line := range ReadmeHelmSection(t) {
+		if !strings.HasPrefix(line, "#") {
+			cmds = append(cmds, line)
+		}
+	}
+	return cmds
 }

@@ -1,0 +1,467 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
+)
+
+// readmeShell runs README commands as a user types them: with bash, in a
+// directory holding the user's own files (tls.crt, tls.key) and the
+// repository's charts/, with bin/ (kubectl, helm) first on PATH and the
+// host cluster's admin kubeconfig as KUBECONFIG, helm's state kept in the
+// directory.
+type readmeShell struct {
+	dir     string
+	environ []string
+	// serviceName is what the serving certificate names: the Service, as
+	// the README asks.
+	serviceName string
+	caPEM       []byte
+}
+
+// newReadmeShell prepares the directory. The serving certificate names only
+// the Service (README: "tls.crt must name the Service"), signed by a CA of
+// the test's own, the user's PKI.
+func newReadmeShell(t *testing.T, e *env.Env, service string) *readmeShell {
+	t.Helper()
+	root, err := env.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(root, "charts"), filepath.Join(dir, "charts")); err != nil {
+		t.Fatal(err)
+	}
+	caPEM, certPEM, keyPEM := servingCertificate(t, service)
+	for name, b := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "gateway-ca.crt": caPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	environ := append(os.Environ(),
+		"PATH="+e.BinDir()+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"KUBECONFIG="+e.HostKubeconfig(),
+		"HELM_CONFIG_HOME="+filepath.Join(dir, ".helm", "config"),
+		"HELM_CACHE_HOME="+filepath.Join(dir, ".helm", "cache"),
+		"HELM_DATA_HOME="+filepath.Join(dir, ".helm", "data"),
+		"HOME="+dir,
+	)
+	return &readmeShell{dir: dir, environ: environ, serviceName: service, caPEM: caPEM}
+}
+
+// run runs one command line with bash and returns its combined output.
+func (s *readmeShell) run(ctx context.Context, line string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", line)
+	cmd.Dir, cmd.Env = s.dir, s.environ
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s: %w\n%s", line, err, out.String())
+	}
+	return out.String(), nil
+}
+
+func (s *readmeShell) mustRun(t *testing.T, line string) string {
+	t.Helper()
+	t.Logf("$ %s", line)
+	out, err := s.run(t.Context(), line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// servingCertificate is a CA and a serving certificate for name, as a
+// user's PKI issues one.
+func servingCertificate(t *testing.T, name string) (caPEM, certPEM, keyPEM []byte) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gateway-test-ca"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
+
+// readmeInstall is what README's "Install with Helm" section says to run.
+type readmeInstall struct {
+	secret, install, uninstall string
+	release, namespace         string
+	// authorize is the install line's option for authorize mode, from the
+	// section's comment, without its optional [...] part.
+	authorize string
+}
+
+func readReadmeInstall(t *testing.T) readmeInstall {
+	t.Helper()
+	var r readmeInstall
+	installRE := regexp.MustCompile(`^helm install (\S+) charts/gateway -n (\S+)$`)
+	for _, line := range helmtest.ReadmeHelmSection(t) {
+		switch {
+		case strings.HasPrefix(line, "kubectl ") && strings.Contains(line, " create secret tls ") && r.secret == "":
+			r.secret = line
+		case installRE.MatchString(line) && r.install == "":
+			r.install = line
+			m := installRE.FindStringSubmatch(line)
+			r.release, r.namespace = m[1], m[2]
+		case strings.HasPrefix(line, "helm uninstall ") && r.uninstall == "":
+			r.uninstall = line
+		case strings.HasPrefix(line, "# authorize mode:"):
+			opt := strings.TrimSpace(strings.TrimPrefix(line, "# authorize mode:"))
+			opt, _, _ = strings.Cut(opt, "[")
+			r.authorize = strings.TrimSpace(opt)
+		}
+	}
+	if r.secret == "" || r.install == "" || r.uninstall == "" || r.authorize == "" {
+		t.Fatalf("README's Helm section lacks the TLS Secret (%q), the plain install (%q), the uninstall (%q) or the authorize mode option (%q)",
+			r.secret, r.install, r.uninstall, r.authorize)
+	}
+	return r
+}
+
+// podStatusInterpreter is the name of the chart's Pod status interpreter,
+// the deploy/karmada file as it is (without the release's labels).
+const podStatusInterpreter = "karmada-exec-gateway-pod-status"
+
+// karmadaObjects lists what a release's hook Job applied to
+// karmada-apiserver, by the release's instance label as the README lists
+// them: "<kind> <name>" of ClusterRoles, ClusterRoleBindings, Roles and
+// RoleBindings in karmada-system; and the Pod status interpreter, by name.
+func karmadaObjects(ctx context.Context, e *env.Env, release string) ([]string, error) {
+	dyn, err := dynamic.NewForConfig(e.KarmadaConfig(env.UserAdmin))
+	if err != nil {
+		return nil, err
+	}
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
+	var out []string
+	for _, r := range []struct {
+		gvr schema.GroupVersionResource
+		ns  string
+	}{
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}, ""},
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}, ""},
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, env.KarmadaSystem},
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, env.KarmadaSystem},
+	} {
+		list, err := dyn.Resource(r.gvr).Namespace(r.ns).List(ctx, sel)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", r.gvr.Resource, err)
+		}
+		for _, o := range list.Items {
+			out = append(out, o.GetKind()+" "+o.GetName())
+		}
+	}
+	ric := schema.GroupVersionResource{Group: "config.karmada.io", Version: "v1alpha1", Resource: "resourceinterpretercustomizations"}
+	switch _, err := dyn.Resource(ric).Get(ctx, podStatusInterpreter, metav1.GetOptions{}); {
+	case err == nil:
+		out = append(out, "ResourceInterpreterCustomization "+podStatusInterpreter)
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// waitKarmadaObjects polls until cond holds for the release's objects.
+func waitKarmadaObjects(ctx context.Context, e *env.Env, release, what string, cond func([]string) bool) ([]string, error) {
+	var objs []string
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		objs, last = karmadaObjects(ctx, e, release)
+		return last == nil && cond(objs), nil
+	})
+	if err != nil {
+		return objs, fmt.Errorf("wait for the release's karmada-apiserver objects to be %s (have %v, %v): %w", what, objs, last, err)
+	}
+	return objs, nil
+}
+
+// gatewayPods returns the release's Ready gateway pods in the host.
+func gatewayPods(ctx context.Context, host kubernetes.Interface, ns, release string) ([]corev1.Pod, error) {
+	list, err := host.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/name=karmada-exec-gateway"})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Labels["app.kubernetes.io/component"] == "" && podReady(&p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitReadyReplicas waits until exactly n gateway pods are Ready, which
+// only the kubelet's readiness probe of /readyz sets.
+func waitReadyReplicas(ctx context.Context, host kubernetes.Interface, ns, release string, n int) ([]corev1.Pod, error) {
+	var pods []corev1.Pod
+	last := "no pods"
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if pods, err = gatewayPods(ctx, host, ns, release); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%d Ready", len(pods))
+		return len(pods) == n, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wait for %d Ready gateway pods (%s): %w", n, last, err)
+	}
+	return pods, nil
+}
+
+// leaseHolder returns the holder of the labeler's Lease in karmada-apiserver.
+func leaseHolder(ctx context.Context, e *env.Env) (string, error) {
+	cs, err := e.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		return "", err
+	}
+	l, err := cs.CoordinationV1().Leases(env.KarmadaSystem).Get(ctx, "karmada-exec-gateway-labeler", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// waitLeaderAmong waits until the Lease is held by one of pods (the
+// labeler's identity is <hostname>_<uuid>, the hostname the pod's name) and
+// returns that pod's name.
+func waitLeaderAmong(ctx context.Context, e *env.Env, pods []string, timeout time.Duration) (string, error) {
+	var holder string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		h, err := leaseHolder(ctx, e)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		holder = h
+		name, _, _ := strings.Cut(h, "_")
+		return slices.Contains(pods, name), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("wait for the labeler Lease to be held by one of %v (holder %q): %w", pods, holder, err)
+	}
+	name, _, _ := strings.Cut(holder, "_")
+	return name, nil
+}
+
+// portForwardService runs README-style `kubectl port-forward svc/<service>`
+// on the host cluster and returns the local port. The host cluster has no
+// kube-proxy and no routed Service network (nor has a user's laptop):
+// port-forward is how a user reaches a ClusterIP Service from outside,
+// through the host's kube-apiserver and kubelet, to a Ready pod behind it.
+func portForwardService(t *testing.T, e *env.Env, ns, service string) string {
+	t.Helper()
+	pf := startKubectl(t, e.HostKubeconfig(), nil, "-n", ns, "port-forward", "svc/"+service, ":443")
+	if err := pf.waitOutput(t.Context(), "Forwarding from 127.0.0.1:", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) `).FindStringSubmatch(pf.stdout.String())
+	if m == nil {
+		t.Fatalf("no port in kubectl port-forward's output %q", pf.stdout.String())
+	}
+	return m[1]
+}
+
+// gatewayUserKubeconfig writes a kubeconfig for user through the installed
+// gateway at 127.0.0.1:port: the CA that signed tls.crt and the Service's
+// name as the TLS server name, since that is the name the certificate has.
+func gatewayUserKubeconfig(t *testing.T, e *env.Env, sh *readmeShell, port, user string) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["gateway"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:" + port, CertificateAuthorityData: sh.caPEM, TLSServerName: sh.serviceName}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: e.Token(user)}
+	cfg.Contexts["gateway"] = &clientcmdapi.Context{Cluster: "gateway", AuthInfo: user, Namespace: env.Namespace}
+	cfg.CurrentContext = "gateway"
+	path := filepath.Join(t.TempDir(), user+".installed-gateway.yaml")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// federatedPod creates a busybox pod template in karmada-apiserver placed
+// by the test's policy, and waits until it runs in a member.
+func federatedPod(t *testing.T, e *env.Env, name string) {
+	t.Helper()
+	ctx := t.Context()
+	cs, err := e.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := env.ShellPod(env.Namespace, name, "trap 'exit 0' TERM; while true; do sleep 1; done")
+	if _, err := cs.CoreV1().Pods(env.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.DeletePod(context.Background(), env.Namespace, name) })
+	if _, err := e.WaitPodRunning(ctx, env.Namespace, name, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// execThrough runs kubectl exec with kubeconfig and returns stdout.
+func execThrough(ctx context.Context, e *env.Env, kubeconfig, pod string, command ...string) (string, error) {
+	out, _, err := e.RunKubectl(ctx, kubeconfig, nil, append([]string{"exec", pod, "--"}, command...)...)
+	return out, err
+}
+
+// TestReadmeHelmInstallOnHostCluster runs README's "Install with Helm"
+// section as written against a real Karmada host cluster (env.HostOptions):
+// the TLS Secret from the user's tls.crt/tls.key (the only substitution: the
+// test's own files, a certificate naming the Service), `helm install` with
+// the chart's default values (the images they name are in the host's
+// containerd), the pre-install hook Job applying the karmada-apiserver
+// RBAC and Pod interpreter, two replicas Ready through the kubelet's
+// probes, one labeler leader holding the Lease, kubectl exec through the
+// installed gateway into a federated pod, and `helm uninstall`, whose
+// pre-delete hook removes the karmada-apiserver objects. Then the same in
+// authorize mode (the README's --set auth.mode=authorize), with an exec by
+// a user only the gateway's authorization lets through.
+func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
+	t.Parallel()
+	e := env.StartForTest(t, env.Options{Host: env.HostOptions{Enabled: true}})
+	ctx := t.Context()
+	r := readReadmeInstall(t)
+	service := "karmada-exec-gateway." + r.namespace + ".svc"
+	sh := newReadmeShell(t, e, service)
+	host, err := e.HostClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CreatePolicy(ctx, env.PropagationPolicy(env.Namespace, "helm-install", e.Members())); err != nil {
+		t.Fatal(err)
+	}
+	sh.mustRun(t, r.secret)
+
+	installed := func(t *testing.T, install string) []corev1.Pod {
+		t.Helper()
+		sh.mustRun(t, install)
+		objs, err := waitKarmadaObjects(ctx, e, r.release, "applied", func(objs []string) bool { return len(objs) > 0 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"ClusterRole " + r.release, "ClusterRoleBinding " + r.release, "ResourceInterpreterCustomization " + podStatusInterpreter} {
+			if !slices.ContainsFunc(objs, func(o string) bool { return strings.HasPrefix(o, want) }) {
+				t.Errorf("after %q karmada-apiserver lacks %s; the hook applied %v", install, want, objs)
+			}
+		}
+		pods, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{pods[0].Name, pods[1].Name}
+		leader, err := waitLeaderAmong(ctx, e, names, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("gateway pods %v Ready, labeler leader %s; karmada-apiserver objects %v", names, leader, objs)
+		return pods
+	}
+	uninstalled := func(t *testing.T) {
+		t.Helper()
+		sh.mustRun(t, r.uninstall)
+		if objs, err := waitKarmadaObjects(ctx, e, r.release, "gone", func(objs []string) bool { return len(objs) == 0 }); err != nil {
+			t.Fatalf("after %q: %v", r.uninstall, err)
+		} else {
+			t.Logf("karmada-apiserver objects after uninstall: %v", objs)
+		}
+	}
+
+	t.Run("passthrough", func(t *testing.T) {
+		installed(t, r.install)
+		federatedPod(t, e, "helm-passthrough")
+		port := portForwardService(t, e, r.namespace, r.release)
+		out, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-passthrough", "sh", "-c", "echo exec through the installed gateway")
+		if err != nil || out != "exec through the installed gateway\n" {
+			t.Fatalf("exec as %s through the installed gateway: %q, %v", env.UserExecOnly, out, err)
+		}
+		// Without clusters/proxy, passthrough mode cannot reach the member.
+		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-passthrough", "true"); err == nil {
+			t.Errorf("%s, without clusters/proxy, exec'd through a passthrough gateway", env.UserExecKarmadaOnly)
+		}
+		uninstalled(t)
+	})
+
+	t.Run("authorize", func(t *testing.T) {
+		installed(t, r.install+" "+r.authorize)
+		federatedPod(t, e, "helm-authorize")
+		port := portForwardService(t, e, r.namespace, r.release)
+		out, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-authorize", "sh", "-c", "echo authorized by the installed gateway")
+		if err != nil || out != "authorized by the installed gateway\n" {
+			t.Fatalf("exec as %s through the installed gateway in authorize mode: %q, %v", env.UserExecKarmadaOnly, out, err)
+		}
+		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserNoExec), "helm-authorize", "true"); err == nil || !strings.Contains(err.Error(), "forbidden") {
+			t.Errorf("%s exec'd through the authorize-mode gateway, or failed otherwise than forbidden: %v", env.UserNoExec, err)
+		}
+		uninstalled(t)
+	})
+}
