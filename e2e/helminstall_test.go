@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,13 +26,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 // readmeShell runs README commands as a user types them: with bash, in a
@@ -142,8 +146,8 @@ func servingCertificate(t *testing.T, name string) (caPEM, certPEM, keyPEM []byt
 
 // readmeInstall is what README's "Install with Helm" section says to run.
 type readmeInstall struct {
-	secret, install, uninstall string
-	release, namespace         string
+	secret, install, uninstall, upgrade string
+	release, namespace                  string
 	// authorize is the install line's option for authorize mode, from the
 	// section's comment, without its optional [...] part.
 	authorize string
@@ -163,15 +167,17 @@ func readReadmeInstall(t *testing.T) readmeInstall {
 			r.release, r.namespace = m[1], m[2]
 		case strings.HasPrefix(line, "helm uninstall ") && r.uninstall == "":
 			r.uninstall = line
+		case strings.HasPrefix(line, "# change a value:"):
+			r.upgrade = strings.TrimSpace(strings.TrimPrefix(line, "# change a value:"))
 		case strings.HasPrefix(line, "# authorize mode:"):
 			opt := strings.TrimSpace(strings.TrimPrefix(line, "# authorize mode:"))
 			opt, _, _ = strings.Cut(opt, "[")
 			r.authorize = strings.TrimSpace(opt)
 		}
 	}
-	if r.secret == "" || r.install == "" || r.uninstall == "" || r.authorize == "" {
-		t.Fatalf("README's Helm section lacks the TLS Secret (%q), the plain install (%q), the uninstall (%q) or the authorize mode option (%q)",
-			r.secret, r.install, r.uninstall, r.authorize)
+	if r.secret == "" || r.install == "" || r.uninstall == "" || r.authorize == "" || !strings.HasPrefix(r.upgrade, "helm upgrade ") {
+		t.Fatalf("README's Helm section lacks the TLS Secret (%q), the plain install (%q), the uninstall (%q), the authorize mode option (%q) or the upgrade (%q)",
+			r.secret, r.install, r.uninstall, r.authorize, r.upgrade)
 	}
 	return r
 }
@@ -440,14 +446,18 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		installed(t, r.install)
 		federatedPod(t, e, "helm-passthrough")
 		port := portForwardService(t, e, r.namespace, r.release)
-		out, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-passthrough", "sh", "-c", "echo exec through the installed gateway")
+		execOnly := gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly)
+		out, err := execThrough(ctx, e, execOnly, "helm-passthrough", "sh", "-c", "echo exec through the installed gateway")
 		if err != nil || out != "exec through the installed gateway\n" {
 			t.Fatalf("exec as %s through the installed gateway: %q, %v", env.UserExecOnly, out, err)
 		}
+		t.Logf("exec as %s through svc/%s (port-forward): %q", env.UserExecOnly, r.release, out)
 		// Without clusters/proxy, passthrough mode cannot reach the member.
 		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-passthrough", "true"); err == nil {
 			t.Errorf("%s, without clusters/proxy, exec'd through a passthrough gateway", env.UserExecKarmadaOnly)
 		}
+		t.Run("leader killed", func(t *testing.T) { assertLeaderFailover(t, e, host, r.namespace, r.release) })
+		t.Run("upgrade", func(t *testing.T) { assertRollingUpgrade(t, e, sh, host, r, "helm-passthrough") })
 		uninstalled(t)
 	})
 
@@ -464,4 +474,215 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		}
 		uninstalled(t)
 	})
+
+	if t.Failed() {
+		return // StartForTest's cleanup prints the logs, then stops
+	}
+	e.Stop()
+	if left := e.Leftovers(); len(left) > 0 {
+		t.Errorf("after Stop the host cluster and the members left: %v", left)
+	}
+}
+
+// Leader election timing of the installed gateway: the defaults of its
+// --leader-election-* flags, which the chart does not set.
+const (
+	leaseDuration = 15 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+// assertLeaderFailover kills the labeler leader's container (SIGKILL, so
+// it cannot release the Lease) and force-deletes its pod (so the kubelet
+// does not restart it): the other replica must take the Lease once it
+// expires and label a federated pod created meanwhile, within a lease
+// duration plus two retry periods (the last renewal may precede the kill by
+// one, the acquisition follow the expiry by one) and 5s for Karmada to
+// schedule the binding.
+func assertLeaderFailover(t *testing.T, e *env.Env, host kubernetes.Interface, ns, release string) {
+	ctx := t.Context()
+	pods, err := waitReadyReplicas(ctx, host, ns, release, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{pods[0].Name, pods[1].Name}
+	leader, err := waitLeaderAmong(ctx, e, names, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := names[0]
+	if other == leader {
+		other = names[1]
+	}
+	killed := time.Now()
+	if err := e.KillContainer(ctx, env.HostCluster, ns, leader, "gateway"); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.CoreV1().Pods(ns).Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	const pod = "helm-failover"
+	federatedPod(t, e, pod)
+	budget := leaseDuration + 2*retryPeriod + 5*time.Second
+	cs, err := e.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var labeled time.Time
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(killed.Add(budget)), true, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(env.Namespace).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Labels[karmada.ClusterNameLabel] != "" {
+			labeled = time.Now()
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		holder, _ := leaseHolder(ctx, e)
+		t.Fatalf("pod %s not labeled %s within %s of killing leader %s (Lease holder now %q): %v", pod, karmada.ClusterNameLabel, budget, leader, holder, err)
+	}
+	holder, err := leaseHolder(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, _, _ := strings.Cut(holder, "_"); name != other {
+		t.Errorf("after leader %s was killed the Lease is held by %q, want the other replica %s", leader, holder, other)
+	}
+	t.Logf("leader %s killed; %s holds the Lease and labeled %s %s after the kill", leader, holder, pod, labeled.Sub(killed).Round(100*time.Millisecond))
+	// The Deployment replaces the deleted pod.
+	if _, err := waitReadyReplicas(ctx, host, ns, release, 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readyWatch counts the release's Ready gateway pods from a watch, so no
+// moment without one goes unseen, and records the lowest count.
+type readyWatch struct {
+	mu    sync.Mutex
+	ready map[string]bool
+	min   int
+	done  chan struct{}
+}
+
+func watchReady(t *testing.T, host kubernetes.Interface, ns, release string) *readyWatch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/name=karmada-exec-gateway"}
+	list, err := host.CoreV1().Pods(ns).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &readyWatch{ready: map[string]bool{}, done: make(chan struct{})}
+	for _, p := range list.Items {
+		w.ready[p.Name] = p.Labels["app.kubernetes.io/component"] == "" && p.DeletionTimestamp == nil && podReady(&p)
+	}
+	w.min = w.count()
+	sel.ResourceVersion = list.ResourceVersion
+	watcher, err := host.CoreV1().Pods(ns).Watch(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(w.done)
+		for ev := range watcher.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Labels["app.kubernetes.io/component"] != "" {
+				continue
+			}
+			w.mu.Lock()
+			// A terminating pod is out of the Service's endpoints: not Ready to callers.
+			w.ready[p.Name] = ev.Type != watch.Deleted && p.DeletionTimestamp == nil && podReady(p)
+			w.min = min(w.min, w.count())
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); watcher.Stop(); <-w.done })
+	return w
+}
+
+func (w *readyWatch) count() int {
+	n := 0
+	for _, r := range w.ready {
+		if r {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *readyWatch) lowest() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.min
+}
+
+// assertRollingUpgrade runs README's helm upgrade (a changed value) with an
+// exec session open through the gateway, and watches the rollout: never
+// fewer than one Ready replica (the PDB's minAvailable; the Deployment
+// surges before it removes one), both pods replaced, and the session,
+// released only once every old pod got its SIGTERM, ends with its own exit
+// status: the old pod drained it instead of cutting it.
+func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubernetes.Interface, r readmeInstall, pod string) {
+	ctx := t.Context()
+	before, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err := e.PodClusters(ctx, env.Namespace, pod)
+	if err != nil || len(member) != 1 {
+		t.Fatalf("clusters of %s: %v, %v", pod, member, err)
+	}
+	port := portForwardService(t, e, r.namespace, r.release)
+	const release = "/tmp/release-upgrade"
+	session := startKubectl(t, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), nil, "exec", pod, "--", "sh", "-c",
+		"echo session open; while [ ! -e "+release+" ]; do sleep 0.1; done; echo drained; exit 7")
+	if err := session.waitOutput(ctx, "session open", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ready := watchReady(t, host, r.namespace, r.release)
+
+	sh.mustRun(t, r.upgrade)
+	// Every old pod gets its SIGTERM (deletionTimestamp) or is gone; the
+	// one carrying the session stays, draining it.
+	old := map[string]bool{before[0].Name: true, before[1].Name: true}
+	var sigterm time.Time
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := host.CoreV1().Pods(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + r.release})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range list.Items {
+			if old[p.Name] && p.DeletionTimestamp == nil {
+				return false, nil
+			}
+		}
+		sigterm = time.Now()
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the old pods %v were not all terminated after %q: %v", before, r.upgrade, err)
+	}
+	if _, err := e.MemberExec(ctx, member[0], env.Namespace, pod, "main", "touch", release); err != nil {
+		t.Fatal(err)
+	}
+	if err := session.wait(30 * time.Second); exitCode(err) != 7 || !strings.Contains(session.stdout.String(), "drained") {
+		t.Fatalf("the exec session open across the rollout ended with %v (exit %d), stdout %q, stderr %q; want exit 7 after \"drained\"",
+			err, exitCode(err), session.stdout.String(), session.stderr.String())
+	}
+	t.Logf("session drained %s after the last old pod's SIGTERM", time.Since(sigterm).Round(100*time.Millisecond))
+	after, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range after {
+		if old[p.Name] {
+			t.Errorf("pod %s of the old release is still Ready after the upgrade", p.Name)
+		}
+	}
+	if n := ready.lowest(); n < 1 {
+		t.Errorf("the rollout left %d Ready gateway pods at one point; the PDB and maxUnavailable 0 keep at least 1", n)
+	}
+	t.Logf("rollout: fewest Ready pods seen %d; now %s, %s", ready.lowest(), after[0].Name, after[1].Name)
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
@@ -344,4 +345,35 @@ func (f *forwarder) isClosed() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.closed
+}
+
+// KillContainer kills the running container of a pod in cluster (a member
+// or HostCluster) with SIGKILL through the node's CRI, as a crash: no
+// SIGTERM, so nothing in it runs its shutdown. The kubelet restarts it as
+// the pod's restartPolicy says.
+func (e *Env) KillContainer(ctx context.Context, cluster, namespace, pod, container string) error {
+	client, done, err := criClient(e.node(cluster).socket())
+	if err != nil {
+		return err
+	}
+	defer done()
+	list, err := client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace":  namespace,
+			"io.kubernetes.pod.name":       pod,
+			"io.kubernetes.container.name": container,
+		},
+	}})
+	if err != nil {
+		return fmt.Errorf("list containers of %s/%s in %s: %w", namespace, pod, cluster, err)
+	}
+	if len(list.Containers) != 1 {
+		return fmt.Errorf("%d running containers %s in pod %s/%s of %s, want 1", len(list.Containers), container, namespace, pod, cluster)
+	}
+	// A zero timeout skips the stop signal: containerd sends SIGKILL at once.
+	if _, err := client.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: list.Containers[0].Id, Timeout: 0}); err != nil {
+		return fmt.Errorf("kill container %s of %s/%s in %s: %w", container, namespace, pod, cluster, err)
+	}
+	return nil
 }
