@@ -10,7 +10,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,12 +31,14 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/monitoring"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -407,6 +411,7 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh.mustRun(t, r.secret)
+	scrape := startInstalledScrape(t)
 
 	installed := func(t *testing.T, install string) []corev1.Pod {
 		t.Helper()
@@ -458,13 +463,33 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		}
 		t.Run("leader killed", func(t *testing.T) { assertLeaderFailover(t, e, host, r.namespace, r.release) })
 		t.Run("upgrade", func(t *testing.T) { assertRollingUpgrade(t, e, sh, host, r, "helm-passthrough") })
+
+		// Passthrough traffic for the dashboard: an exec, and member events
+		// the caller may not read.
+		pods, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scrape.follow(t, pods)
+		port = portForwardService(t, e, r.namespace, r.release)
+		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-passthrough", "true"); err != nil {
+			t.Fatal(err)
+		}
+		eventsUnavailable(t, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-passthrough")
+		scrape.scraped(t)
 		uninstalled(t)
 	})
 
 	t.Run("authorize", func(t *testing.T) {
-		installed(t, r.install+" "+r.authorize)
+		pods := installed(t, r.install+" "+r.authorize)
+		// Authorize-mode traffic for the dashboard: decisions allowed (one
+		// from the cache), denied, a labeled pod, streams over the limit.
+		scrape.follow(t, pods)
 		federatedPod(t, e, "helm-authorize")
 		port := portForwardService(t, e, r.namespace, r.release)
+		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-authorize", "true"); err != nil {
+			t.Fatal(err)
+		}
 		out, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-authorize", "sh", "-c", "echo authorized by the installed gateway")
 		if err != nil || out != "authorized by the installed gateway\n" {
 			t.Fatalf("exec as %s through the installed gateway in authorize mode: %q, %v", env.UserExecKarmadaOnly, out, err)
@@ -472,6 +497,9 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserNoExec), "helm-authorize", "true"); err == nil || !strings.Contains(err.Error(), "forbidden") {
 			t.Errorf("%s exec'd through the authorize-mode gateway, or failed otherwise than forbidden: %v", env.UserNoExec, err)
 		}
+		streamsOverLimit(t, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly))
+		scrape.scraped(t)
+		t.Run("dashboard", func(t *testing.T) { assertPanelsHaveData(t, scrape.prom, scrape.chart, scrape.start) })
 		uninstalled(t)
 	})
 
@@ -685,4 +713,138 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 		t.Errorf("the rollout left %d Ready gateway pods at one point; the PDB and maxUnavailable 0 keep at least 1", n)
 	}
 	t.Logf("rollout: fewest Ready pods seen %d; now %s, %s", ready.lowest(), after[0].Name, after[1].Name)
+}
+
+// installedScrape is Debian's Prometheus scraping the installed gateway's
+// pods with a job equivalent to the chart's ServiceMonitor, their targets
+// in a file it watches (Kubernetes discovery's stand-in: the pods' IPs,
+// which the host reaches on their bridge, and the ServiceMonitor's port).
+type installedScrape struct {
+	prom    *monitoring.Prometheus
+	chart   *monitoring.Chart
+	targets string
+	start   time.Time
+}
+
+func startInstalledScrape(t *testing.T) *installedScrape {
+	t.Helper()
+	chart := monitoring.RenderChart(t)
+	dir := t.TempDir()
+	s := &installedScrape{chart: chart, targets: filepath.Join(dir, "targets.json")}
+	if err := chart.WriteTargets(s.targets, nil); err != nil {
+		t.Fatal(err)
+	}
+	config, err := chart.PrometheusConfig(monitoring.ScrapeOptions{TargetsFile: s.targets, Interval: scrapeInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.prom, err = monitoring.StartPrometheus(t.Context(), monitoring.Binary(t, "prometheus"), dir, config); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.prom.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(s.prom.LogTail())
+		}
+	})
+	s.start = time.Now()
+	return s
+}
+
+// follow points the scrape at pods' metrics ports and waits until each was
+// scraped twice: counters then have a sample before the traffic to come.
+func (s *installedScrape) follow(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	var targets []monitoring.ScrapeTarget
+	for _, p := range pods {
+		port := 0
+		for _, c := range p.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.Name == "metrics" {
+					port = int(cp.ContainerPort)
+				}
+			}
+		}
+		if port == 0 || p.Status.PodIP == "" {
+			t.Fatalf("pod %s has no metrics port or no IP", p.Name)
+		}
+		targets = append(targets, monitoring.ScrapeTarget{Addr: fmt.Sprintf("%s:%d", p.Status.PodIP, port), Pod: p.Name})
+	}
+	if err := s.chart.WriteTargets(s.targets, targets); err != nil {
+		t.Fatal(err)
+	}
+	s.scraped(t)
+}
+
+// scraped waits until every target was scraped twice from now on.
+func (s *installedScrape) scraped(t *testing.T) {
+	t.Helper()
+	if err := s.prom.WaitScrapedAfter(t.Context(), s.chart.MetricsService, time.Now(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventsUnavailable lists a pod's events through the gateway as a user who
+// may read karmada-apiserver's events but not the member's (passthrough
+// mode): the member part is reported unavailable.
+func eventsUnavailable(t *testing.T, kubeconfig, pod string) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &warningRecorder{}
+	cfg.WarningHandler = rec
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Events(env.Namespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod}); err != nil {
+		t.Fatalf("list events: %v", err)
+	}
+	if !strings.Contains(rec.String(), "unavailable") {
+		t.Fatalf("events list through the installed gateway: no Warning that the member's events are unavailable (%q)", rec.String())
+	}
+}
+
+// streamsOverLimit opens the chart's per-client stream limit's worth of pod
+// watches (the gateway's default --max-streams-per-client, 200) with one
+// token, then one more, which must get 429.
+func streamsOverLimit(t *testing.T, kubeconfig string) {
+	t.Helper()
+	const limit = 200
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open []io.Closer
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	watch := func() int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, cfg.Host+"/api/v1/namespaces/"+env.Namespace+"/pods?watch=1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, resp.Body)
+		return resp.StatusCode
+	}
+	for i := range limit {
+		if code := watch(); code != http.StatusOK {
+			t.Fatalf("watch %d of %d: %d", i+1, limit, code)
+		}
+	}
+	if code := watch(); code != http.StatusTooManyRequests {
+		t.Errorf("watch %d answered %d, want 429", limit+1, code)
+	}
 }
