@@ -169,7 +169,9 @@ func (e *Env) buildHostImages(ctx context.Context) (string, error) {
 		gatewayImg, kctlImg v1.Image
 	)
 	wg.Go(func() {
-		kubectl, kubectlErr = images.EnsureStaticKubectl(ctx, filepath.Join(root, "hack", "tools"), e.opts.ImageCacheDir, "")
+		if kubectl = filepath.Join(e.opts.BinDir, "kubectl"); !images.IsStatic(kubectl) {
+			kubectl, kubectlErr = images.EnsureStaticKubectl(ctx, filepath.Join(root, "hack", "tools"), e.opts.ImageCacheDir, "")
+		}
 	})
 	gwErr = images.BuildGatewayBinary(ctx, root, "", gatewayBin)
 	wg.Wait()

@@ -58,6 +58,10 @@ func EnsureStaticKubectl(ctx context.Context, toolsDir, cacheDir, goCmd string) 
 	return out, nil
 }
 
+// IsStatic reports whether the ELF binary at path needs no dynamic loader
+// (`make tools` builds bin/kubectl so; older builds linked it dynamically).
+func IsStatic(path string) bool { return static(path) == nil }
+
 // Kubectl is an image of a static kubectl at KubectlBinary, its entrypoint,
 // with a /tmp for $HOME and distroless' nonroot user: what the chart's hook
 // Job needs of registry.k8s.io/kubectl, and nothing else (the Job runs no
