@@ -10,9 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"math/big"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +54,10 @@ type readmeShell struct {
 	caPEM       []byte
 }
 
+// karmadaContext is the kubeconfig context the README's commands name for
+// karmada-apiserver.
+const karmadaContext = "karmada-apiserver"
+
 // newReadmeShell prepares the directory. The serving certificate names only
 // the Service (README: "tls.crt must name the Service"), signed by a CA of
 // the test's own, the user's PKI.
@@ -75,9 +77,27 @@ func newReadmeShell(t *testing.T, e *env.Env, service string) *readmeShell {
 			t.Fatal(err)
 		}
 	}
+	// The user's kubeconfig: the host cluster as its current context, and
+	// karmada-apiserver as the context the README names.
+	cfg, err := clientcmd.LoadFromFile(e.HostKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	karmadaCfg, err := clientcmd.LoadFromFile(e.Kubeconfig(env.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := karmadaCfg.Contexts[karmadaCfg.CurrentContext]
+	cfg.Clusters[karmadaContext] = karmadaCfg.Clusters[k.Cluster]
+	cfg.AuthInfos[karmadaContext] = karmadaCfg.AuthInfos[k.AuthInfo]
+	cfg.Contexts[karmadaContext] = &clientcmdapi.Context{Cluster: karmadaContext, AuthInfo: karmadaContext}
+	kubeconfig := filepath.Join(dir, ".kube", "config")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
 	environ := append(os.Environ(),
 		"PATH="+e.BinDir()+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"KUBECONFIG="+e.HostKubeconfig(),
+		"KUBECONFIG="+kubeconfig,
 		"HELM_CONFIG_HOME="+filepath.Join(dir, ".helm", "config"),
 		"HELM_CACHE_HOME="+filepath.Join(dir, ".helm", "cache"),
 		"HELM_DATA_HOME="+filepath.Join(dir, ".helm", "data"),
@@ -114,31 +134,17 @@ func (s *readmeShell) mustRun(t *testing.T, line string) string {
 // user's PKI issues one.
 func servingCertificate(t *testing.T, name string) (caPEM, certPEM, keyPEM []byte) {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gateway-test-ca"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	caKey, caDER := signCertificate(t, caTmpl, nil, nil)
 	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, der := signCertificate(t, tmpl, ca, caKey)
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +154,24 @@ func servingCertificate(t *testing.T, name string) (caPEM, certPEM, keyPEM []byt
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 }
 
+// signCertificate makes a key for tmpl and signs it with parent's key, or
+// with its own when parent is nil.
+func signCertificate(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, der
+}
+
 // readmeInstall is what README's "Install with Helm" section says to run.
 type readmeInstall struct {
 	secret, install, uninstall, upgrade string
@@ -155,6 +179,10 @@ type readmeInstall struct {
 	// authorize is the install line's option for authorize mode, from the
 	// section's comment, without its optional [...] part.
 	authorize string
+	// hooks and labeled are the section's inline commands that show what
+	// the hook applied: the hook ConfigMap through helm, the labeled
+	// objects in karmada-apiserver.
+	hooks, labeled string
 }
 
 func readReadmeInstall(t *testing.T) readmeInstall {
@@ -178,6 +206,17 @@ func readReadmeInstall(t *testing.T) readmeInstall {
 			opt, _, _ = strings.Cut(opt, "[")
 			r.authorize = strings.TrimSpace(opt)
 		}
+	}
+	for _, m := range regexp.MustCompile("`((?:helm\\s+get\\s+hooks|kubectl\\s+--context\\s+"+karmadaContext+"\\s+get)\\s[^`]*)`").FindAllStringSubmatch(helmtest.Readme(t), -1) {
+		cmd := strings.Join(strings.Fields(m[1]), " ") // wrapped over lines in the README
+		if strings.HasPrefix(cmd, "helm") {
+			r.hooks = cmd
+		} else {
+			r.labeled = cmd
+		}
+	}
+	if r.hooks == "" || r.labeled == "" {
+		t.Fatalf("README's Helm section lacks the helm get hooks (%q) or the kubectl --context %s get -l (%q) commands", r.hooks, karmadaContext, r.labeled)
 	}
 	if r.secret == "" || r.install == "" || r.uninstall == "" || r.authorize == "" || !strings.HasPrefix(r.upgrade, "helm upgrade ") {
 		t.Fatalf("README's Helm section lacks the TLS Secret (%q), the plain install (%q), the uninstall (%q), the authorize mode option (%q) or the upgrade (%q)",
@@ -324,6 +363,21 @@ func waitLeaderAmong(ctx context.Context, e *env.Env, pods []string, timeout tim
 	return name, nil
 }
 
+// readyWithLeader waits for the release's two Ready replicas and for one
+// of them to hold the labeler's Lease.
+func readyWithLeader(t *testing.T, e *env.Env, host kubernetes.Interface, ns, release string) (pods []corev1.Pod, names []string, leader string) {
+	t.Helper()
+	pods, err := waitReadyReplicas(t.Context(), host, ns, release, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = []string{pods[0].Name, pods[1].Name}
+	if leader, err = waitLeaderAmong(t.Context(), e, names, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return pods, names, leader
+}
+
 // portForwardService runs README-style `kubectl port-forward svc/<service>`
 // on the host cluster and returns the local port. The host cluster has no
 // kube-proxy and no routed Service network (nor has a user's laptop):
@@ -425,15 +479,13 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 				t.Errorf("after %q karmada-apiserver lacks %s; the hook applied %v", install, want, objs)
 			}
 		}
-		pods, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
-		if err != nil {
-			t.Fatal(err)
+		if out := sh.mustRun(t, r.hooks); !strings.Contains(out, "gateway-rbac.yaml:") || !strings.Contains(out, "pod-status-interpreter.yaml:") {
+			t.Errorf("%q does not print the hook ConfigMap with the karmada-apiserver objects:\n%s", r.hooks, out)
 		}
-		names := []string{pods[0].Name, pods[1].Name}
-		leader, err := waitLeaderAmong(ctx, e, names, time.Minute)
-		if err != nil {
-			t.Fatal(err)
+		if out := sh.mustRun(t, r.labeled); !strings.Contains(out, "clusterrole.rbac.authorization.k8s.io/"+r.release+" ") || !strings.Contains(out, "clusterrolebinding.rbac.authorization.k8s.io/"+r.release+" ") {
+			t.Errorf("%q does not list the release's ClusterRole and ClusterRoleBinding:\n%s", r.labeled, out)
 		}
+		pods, names, leader := readyWithLeader(t, e, host, r.namespace, r.release)
 		t.Logf("gateway pods %v Ready, labeler leader %s; karmada-apiserver objects %v", names, leader, objs)
 		return pods
 	}
@@ -476,6 +528,7 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventsUnavailable(t, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-passthrough")
+		assertRoutingLogged(t, e, host, r, "helm-passthrough")
 		scrape.scraped(t)
 		uninstalled(t)
 	})
@@ -528,15 +581,7 @@ const (
 // schedule the binding.
 func assertLeaderFailover(t *testing.T, e *env.Env, host kubernetes.Interface, ns, release string) {
 	ctx := t.Context()
-	pods, err := waitReadyReplicas(ctx, host, ns, release, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := []string{pods[0].Name, pods[1].Name}
-	leader, err := waitLeaderAmong(ctx, e, names, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, names, leader := readyWithLeader(t, e, host, ns, release)
 	other := names[0]
 	if other == leader {
 		other = names[1]
@@ -773,6 +818,31 @@ func (s *installedScrape) follow(t *testing.T, pods []corev1.Pod) {
 	if err := s.chart.WriteTargets(s.targets, targets); err != nil {
 		t.Fatal(err)
 	}
+	// Until Prometheus has read the file, the previous pods (draining after
+	// their SIGTERM, still serving) are its targets: wait for these alone.
+	want := make([]string, 0, len(targets))
+	for _, tg := range targets {
+		want = append(want, tg.Addr)
+	}
+	slices.Sort(want)
+	var active []string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		res, err := s.prom.API.Targets(ctx)
+		if err != nil {
+			return false, nil
+		}
+		active = active[:0]
+		for _, at := range res.Active {
+			if string(at.Labels["job"]) == s.chart.MetricsService {
+				active = append(active, string(at.Labels["instance"]))
+			}
+		}
+		slices.Sort(active)
+		return slices.Equal(active, want), nil
+	})
+	if err != nil {
+		t.Fatalf("prometheus' targets are %v, want %v: %v", active, want, err)
+	}
 	s.scraped(t)
 }
 
@@ -807,12 +877,11 @@ func eventsUnavailable(t *testing.T, kubeconfig, pod string) {
 	}
 }
 
-// streamsOverLimit opens the chart's per-client stream limit's worth of pod
-// watches (the gateway's default --max-streams-per-client, 200) with one
-// token, then one more, which must get 429.
+// streamsOverLimit opens the per-client stream limit's worth of pod
+// watches with one token (the chart leaves the gateway's default
+// --max-streams-per-client, 200), then one more, which must get 429.
 func streamsOverLimit(t *testing.T, kubeconfig string) {
 	t.Helper()
-	const limit = 200
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -821,30 +890,38 @@ func streamsOverLimit(t *testing.T, kubeconfig string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var open []io.Closer
-	defer func() {
-		for _, c := range open {
-			c.Close()
-		}
-	}()
-	watch := func() int {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, cfg.Host+"/api/v1/namespaces/"+env.Namespace+"/pods?watch=1", nil)
+	watchesThenRefused(t, client, cfg.Host, 200)
+}
+
+// assertRoutingLogged: after README's upgrade to logVerbosity=4 (-v=4),
+// the gateway logs a line naming the member for the exec it routed, as the
+// README's flag table says.
+func assertRoutingLogged(t *testing.T, e *env.Env, host kubernetes.Interface, r readmeInstall, pod string) {
+	t.Helper()
+	if !strings.Contains(r.upgrade, "--set logVerbosity=4") {
+		t.Fatalf("README's upgrade line %q no longer sets logVerbosity=4, which this test checks the routing lines of", r.upgrade)
+	}
+	clusters, err := e.PodClusters(t.Context(), env.Namespace, pod)
+	if err != nil || len(clusters) != 1 {
+		t.Fatalf("clusters of %s: %v, %v", pod, clusters, err)
+	}
+	want := []string{`"Rewriting to cluster proxy"`, `pod="` + pod + `"`, `cluster="` + clusters[0] + `"`}
+	pods, err := gatewayPods(t.Context(), host, r.namespace, r.release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	for _, p := range pods {
+		b, err := host.CoreV1().Pods(r.namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "gateway"}).DoRaw(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		open = append(open, resp.Body)
-		return resp.StatusCode
+		logs.Write(b)
 	}
-	for i := range limit {
-		if code := watch(); code != http.StatusOK {
-			t.Fatalf("watch %d of %d: %d", i+1, limit, code)
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
+			return
 		}
 	}
-	if code := watch(); code != http.StatusTooManyRequests {
-		t.Errorf("watch %d answered %d, want 429", limit+1, code)
-	}
+	t.Errorf("no line with %q in the gateway pods' logs at logVerbosity=4:\n%s", want, logs.String())
 }

@@ -50,10 +50,8 @@ func Run(t testing.TB, args ...string) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
-// ReadmeHelmSection returns the sh blocks of the root README's "Install
-// with Helm" section, line by line as written (comments included): the
-// commands a user copies.
-func ReadmeHelmSection(t testing.TB) []string {
+// Readme is the repository's README.md, whose commands tests run as written.
+func Readme(t testing.TB) string {
 	t.Helper()
 	root, err := env.FindRepoRoot()
 	if err != nil {
@@ -63,7 +61,15 @@ func ReadmeHelmSection(t testing.TB) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(src), "\n## Install with Helm\n")
+	return string(src)
+}
+
+// ReadmeHelmSection returns the sh blocks of the root README's "Install
+// with Helm" section, line by line as written (comments included): the
+// commands a user copies.
+func ReadmeHelmSection(t testing.TB) []string {
+	t.Helper()
+	_, section, ok := strings.Cut(Readme(t), "\n## Install with Helm\n")
 	if !ok {
 		t.Fatal(`README.md has no "## Install with Helm" section`)
 	}
