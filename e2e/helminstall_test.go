@@ -524,8 +524,11 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		}
 		scrape.follow(t, pods)
 		port = portForwardService(t, e, r.namespace, r.release)
-		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-passthrough", "true"); err != nil {
-			t.Fatal(err)
+		for range 2 { // see the authorize mode's traffic
+			if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-passthrough", "true"); err != nil {
+				t.Fatal(err)
+			}
+			scrape.scraped(t)
 		}
 		eventsUnavailable(t, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-passthrough")
 		assertRoutingLogged(t, e, host, r, "helm-passthrough")
@@ -540,8 +543,14 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		scrape.follow(t, pods)
 		federatedPod(t, e, "helm-authorize")
 		port := portForwardService(t, e, r.namespace, r.release)
-		if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-authorize", "true"); err != nil {
-			t.Fatal(err)
+		// A labeled series is born at its first increment: scraped once
+		// before the next, it shows Prometheus a rate (and the histograms a
+		// quantile) instead of a constant.
+		for range 2 {
+			if _, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), "helm-authorize", "true"); err != nil {
+				t.Fatal(err)
+			}
+			scrape.scraped(t)
 		}
 		out, err := execThrough(ctx, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecKarmadaOnly), "helm-authorize", "sh", "-c", "echo authorized by the installed gateway")
 		if err != nil || out != "authorized by the installed gateway\n" {
