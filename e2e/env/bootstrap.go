@@ -43,25 +43,6 @@ var clusterProxyRule = rbacv1.PolicyRule{
 	Verbs:     []string{"get", "list", "watch", "create", "update", "patch", "delete"},
 }
 
-// clusterProxySubjects are the passthrough callers bound to clusters/proxy.
-// Without a host cluster, admin's group system:masters too, for tests that
-// exec as admin through a passthrough gateway. A host environment binds no
-// group system:masters, as Karmada's own cluster-proxy-admin binding names
-// only the user system:admin: whatever the chart installed there needs for
-// Karmada's system:admin (in system:masters) it must bind itself.
-func clusterProxySubjects(host bool) []rbacv1.Subject {
-	subjects := []rbacv1.Subject{
-		userSubject(UserAdmin),
-		userSubject(UserExecOnly), groupSubject(GroupExecutors),
-		// Bound as a user only: its group GroupUnbound is not.
-		userSubject(UserExecGroupUnbound),
-	}
-	if !host {
-		subjects = append(subjects, groupSubject("system:masters"))
-	}
-	return subjects
-}
-
 func (e *Env) bootstrap(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, 1+len(e.opts.Members))
@@ -107,7 +88,11 @@ func (e *Env) bootstrapKarmada(ctx context.Context) error {
 		// all, and Karmada's unified-auth controller lets its impersonator
 		// impersonate only subjects of ClusterRoleBindings to clusters/proxy).
 		clusterRole("e2e:cluster-proxy", clusterProxyRule),
-		clusterRoleBindingTo("e2e:cluster-proxy", "e2e:cluster-proxy", clusterProxySubjects(e.opts.Host.Enabled)...),
+		clusterRoleBindingTo("e2e:cluster-proxy", "e2e:cluster-proxy",
+			userSubject(UserAdmin), groupSubject("system:masters"),
+			userSubject(UserExecOnly), groupSubject(GroupExecutors),
+			// Bound as a user only: its group GroupUnbound is not.
+			userSubject(UserExecGroupUnbound)),
 		roleBinding(Namespace, "e2e:executor-group-unbound", "Role", "e2e:executor", UserExecGroupUnbound),
 		role(Namespace, "e2e:pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}),
 		roleBinding(Namespace, "e2e:pod-reader", "Role", "e2e:pod-reader", UserNoExec),
