@@ -948,15 +948,13 @@ func assertRoutingLogged(t *testing.T, e *env.Env, host kubernetes.Interface, r 
 // exec's output.
 func readmeExecFromOutside(t *testing.T, sh *readmeShell, pod, command string) string {
 	t.Helper()
-	_, section, _ := strings.Cut(helmtest.Readme(t), "\n## Point executors at the gateway\n")
-	section, _, _ = strings.Cut(section, "\n## ")
 	var lines []string
-	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
-		if !strings.Contains(m[1], " port-forward ") {
+	for _, b := range helmtest.ReadmeShBlocks(t, "Point executors at the gateway") {
+		if !slices.ContainsFunc(b, func(l string) bool { return strings.Contains(l, " port-forward ") }) {
 			continue
 		}
-		for line := range strings.SplitSeq(m[1], "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+		for _, line := range b {
+			if !strings.HasPrefix(line, "#") {
 				lines = append(lines, line)
 			}
 		}

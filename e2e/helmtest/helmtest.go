@@ -64,23 +64,36 @@ func Readme(t testing.TB) string {
 	return string(src)
 }
 
-// ReadmeHelmSection returns the sh blocks of the root README's "Install
-// with Helm" section, line by line as written (comments included): the
-// commands a user copies.
-func ReadmeHelmSection(t testing.TB) []string {
+// ReadmeShBlocks returns the sh blocks of the root README's section titled
+// title ("## <title>"), each as its non-empty lines as written (comments
+// included): the commands a user copies.
+func ReadmeShBlocks(t testing.TB, title string) [][]string {
 	t.Helper()
-	_, section, ok := strings.Cut(Readme(t), "\n## Install with Helm\n")
+	_, section, ok := strings.Cut(Readme(t), "\n## "+title+"\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Install with Helm" section`)
+		t.Fatalf("README.md has no %q section", "## "+title)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	var lines []string
+	var blocks [][]string
 	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		var lines []string
 		for line := range strings.SplitSeq(m[1], "\n") {
 			if line = strings.TrimSpace(line); line != "" {
 				lines = append(lines, line)
 			}
 		}
+		blocks = append(blocks, lines)
+	}
+	return blocks
+}
+
+// ReadmeHelmSection returns the lines of every sh block of the README's
+// "Install with Helm" section.
+func ReadmeHelmSection(t testing.TB) []string {
+	t.Helper()
+	var lines []string
+	for _, b := range ReadmeShBlocks(t, "Install with Helm") {
+		lines = append(lines, b...)
 	}
 	return lines
 }
