@@ -3,7 +3,8 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
-TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum
+TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum hack/tools/version.mk
+include hack/tools/version.mk
 # helm reports the Kubernetes version it renders for from link-time variables;
 # without them it renders as 1.20 and the chart's kubeVersion check fails.
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
@@ -39,19 +40,19 @@ image: ca-certificates
 tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/helm karmada etcd node-runtime shellcheck prometheus
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 
 $(BIN)/kube-controller-manager: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 
 $(BIN)/kube-scheduler: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 
 $(BIN)/kubelet: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
+	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
 
 $(BIN)/kubectl: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="-s -w" -o $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl
+	cd hack/tools && CGO_ENABLED=0 $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl
 
 $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
 	cd hack/helm && $(GO) build -ldflags="$(HELM_LDFLAGS)" -o $(BIN)/helm helm.sh/helm/v3/cmd/helm

@@ -191,8 +191,15 @@ func watchOverLimit(t *testing.T, user string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Closed before returning: an open watch would hold the gateway's
-	// shutdown at the next restart for its whole drain period.
+	watchesThenRefused(t, client, testEnv.GatewayURL(), 2)
+}
+
+// watchesThenRefused opens n pod watches through the gateway at base with
+// client (one client identity), then one more, which must get 429. The
+// watches are closed before it returns: an open one would hold the
+// gateway's next shutdown for its whole drain period.
+func watchesThenRefused(t *testing.T, client *http.Client, base string, n int) {
+	t.Helper()
 	var open []io.Closer
 	defer func() {
 		for _, c := range open {
@@ -200,7 +207,7 @@ func watchOverLimit(t *testing.T, user string) {
 		}
 	}()
 	watch := func() *http.Response {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, testEnv.GatewayURL()+"/api/v1/namespaces/"+env.Namespace+"/pods?watch=1", nil)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/v1/namespaces/"+env.Namespace+"/pods?watch=1", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,14 +218,14 @@ func watchOverLimit(t *testing.T, user string) {
 		open = append(open, resp.Body)
 		return resp
 	}
-	for i := range 2 {
+	for i := range n {
 		if resp := watch(); resp.StatusCode != http.StatusOK {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			t.Fatalf("watch %d: %d %s", i+1, resp.StatusCode, body)
+			t.Fatalf("watch %d of %d: %d %s", i+1, n, resp.StatusCode, body)
 		}
 	}
 	if resp := watch(); resp.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("a third watch of %s answered %d, want 429", user, resp.StatusCode)
+		t.Errorf("watch %d answered %d, want 429", n+1, resp.StatusCode)
 	}
 }
 

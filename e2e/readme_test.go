@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,22 +14,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
 )
 
 // readmeYAMLBlock returns the one yaml block of the repository's README.md
 // that contains marker.
 func readmeYAMLBlock(t *testing.T, marker string) string {
 	t.Helper()
-	root, err := env.FindRepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var found []string
-	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(helmtest.Readme(t), -1) {
 		if strings.Contains(m[1], marker) {
 			found = append(found, m[1])
 		}

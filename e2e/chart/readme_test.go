@@ -1,7 +1,6 @@
 package chart
 
 import (
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -9,31 +8,9 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-)
 
-// readmeHelmCommands returns the commands of the sh blocks in README's
-// "Install with Helm" section, comments dropped.
-func readmeHelmCommands(t *testing.T) []string {
-	t.Helper()
-	src, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(src), "\n## Install with Helm\n")
-	if !ok {
-		t.Fatal(`README.md has no "## Install with Helm" section`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	var cmds []string
-	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
-		for line := range strings.SplitSeq(m[1], "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				cmds = append(cmds, line)
-			}
-		}
-	}
-	return cmds
-}
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
+)
 
 // shellWords splits a README command as the shell would (quotes), by
 // asking bash to print the words it parsed.
@@ -52,7 +29,7 @@ func shellWords(t *testing.T, cmd string) []string {
 // volume), and the helm template command it gives to see the
 // karmada-apiserver objects renders those objects and nothing for the host.
 func TestReadmeHelmInstall(t *testing.T) {
-	cmds := readmeHelmCommands(t)
+	cmds := helmtest.ReadmeHelmCommands(t)
 	secretRE := regexp.MustCompile(`^kubectl -n (\S+) create secret tls (\S+) `)
 	installRE := regexp.MustCompile(`^helm install (\S+) charts/gateway -n (\S+)$`)
 	var secretNS, secret, release, releaseNS, template string

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,12 +55,12 @@ func (e *Env) writeCredentials() error {
 		e.tokens[u] = randomToken()
 	}
 
-	newServer := func(name string, users map[string]string) (*apiServer, error) {
+	newServer := func(name string, users map[string]string, hosts []string) (*apiServer, error) {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		serving, err := e.ca.issue(e.pkiDir, name+"-apiserver", name+"-apiserver", nil, loopbackHosts)
+		serving, err := e.ca.issue(e.pkiDir, name+"-apiserver", name+"-apiserver", nil, hosts)
 		if err != nil {
 			return nil, err
 		}
@@ -75,12 +76,23 @@ func (e *Env) writeCredentials() error {
 		UserAdmin: "system:masters", UserExecOnly: GroupExecutors, UserNoExec: "", UserGateway: "",
 		UserExecKarmadaOnly: "e2e:karmada-only", UserExecGroupUnbound: GroupUnbound,
 	}
-	if e.karmada, err = newServer(KarmadaName, karmadaUsers); err != nil {
+	karmadaHosts := loopbackHosts
+	if e.opts.Host.Enabled {
+		// The host cluster's pods reach karmada-apiserver at the host's
+		// address on their bridge (the forwarder there), so the serving
+		// certificate names that address: the slot is claimed now.
+		n, err := e.newHostNode()
+		if err != nil {
+			return err
+		}
+		karmadaHosts = append(slices.Clone(loopbackHosts), n.slot.gateway().String())
+	}
+	if e.karmada, err = newServer(KarmadaName, karmadaUsers, karmadaHosts); err != nil {
 		return err
 	}
-	for _, m := range e.opts.Members {
+	for _, m := range e.clusters() {
 		users := map[string]string{UserAdmin: "system:masters"}
-		if e.members[m], err = newServer(m, users); err != nil {
+		if e.members[m], err = newServer(m, users, loopbackHosts); err != nil {
 			return err
 		}
 	}
@@ -170,8 +182,6 @@ func (e *Env) apiServerArgs(s *apiServer) []string {
 		"--service-account-key-file=" + filepath.Join(e.pkiDir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(e.pkiDir, "sa.key"),
 		"--service-cluster-ip-range=" + serviceNetwork,
-		// No controller-manager creates default ServiceAccounts; Karmada disables it too.
-		"--disable-admission-plugins=ServiceAccount",
 		// A loopback advertise address is not a valid Endpoints address.
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
@@ -182,6 +192,12 @@ func (e *Env) apiServerArgs(s *apiServer) []string {
 		"--feature-gates=SizeBasedListCostEstimate=false",
 		"--profiling=false",
 		"--v=1",
+	}
+	if s.name != HostCluster {
+		// No controller-manager creates default ServiceAccounts; Karmada
+		// disables it too. The host cluster is a whole cluster: its
+		// controller-manager does.
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
 	}
 	if s == e.karmada {
 		args = append(args,

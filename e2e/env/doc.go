@@ -52,6 +52,20 @@
 //	karmada-exec-gateway   the Helm chart's RBAC (rbac.go): rendered for karmada-apiserver in authorize
 //	                       mode and applied as the chart's hook Job does; Karmada propagates the member part
 //
+// With Options.Host, a Karmada host cluster (host.go) runs beside them, built
+// as a member is but not joined: the cluster a user installs the chart in.
+// Its kube-apiserver has the ServiceAccount admission and its
+// controller-manager the controllers a Deployment, hook Jobs and a
+// PodDisruptionBudget need; its containerd holds the gateway image (package
+// images' builder, as `make image`) and a static kubectl image, tagged as the
+// chart's default values name them. karmada-system holds Karmada's
+// karmada-kubeconfig Secret (system:admin in system:masters), whose server is
+// a forwarder the environment runs on the host's address on the host
+// cluster's bridge, relaying to karmada-apiserver's loopback port; that
+// address is in karmada-apiserver's serving certificate, so the slot is
+// claimed before certificates are issued. The environment then applies none
+// of the chart's RBAC itself: the release's hook Job does.
+//
 // ClientCertificate issues further identities from the environment's CA, for
 // client-certificate callers of an authorize-mode gateway.
 //

@@ -89,6 +89,7 @@ type Options struct {
 	// Members names the member clusters (default member1, member2).
 	Members []string
 	Gateway GatewayOptions
+	Host    HostOptions
 	// Log receives one line per startup step; nil discards.
 	Log io.Writer
 	// ComponentLogVerbosity is the klog verbosity of in-process
@@ -137,6 +138,12 @@ type Env struct {
 	members      map[string]*apiServer
 	nodes        map[string]*node
 	karmadaProcs karmadaProcesses
+	// hostForward carries the host cluster's pods to karmada-apiserver.
+	hostForward *forwarder
+
+	hostImagesDone chan struct{} // closed when the host images' build ends
+	hostImagesTar  string
+	hostImagesErr  error
 
 	gwMu       sync.Mutex
 	gateway    *gateway
@@ -253,6 +260,11 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, fmt.Errorf("Karmada source %s is missing (make tools fetches it)", dir)
 		}
 	}
+	if opts.Host.Enabled {
+		if err := checkVersioned(ctx, filepath.Join(opts.BinDir, "kube-apiserver")); err != nil {
+			return nil, err
+		}
+	}
 	e := &Env{opts: opts, log: opts.Log, tokens: map[string]string{}, members: map[string]*apiServer{}, nodes: map[string]*node{}}
 	if e.log == nil {
 		e.log = io.Discard
@@ -296,6 +308,14 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		e.imagesTar, e.imagesErr = e.buildImages(ctx)
 	}()
 
+	if opts.Host.Enabled {
+		e.hostImagesDone = make(chan struct{})
+		go func() {
+			defer close(e.hostImagesDone)
+			e.hostImagesTar, e.hostImagesErr = e.buildHostImages(ctx)
+		}()
+	}
+
 	if err := e.writeCredentials(); err != nil {
 		return nil, err
 	}
@@ -331,10 +351,19 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, err
 	}
 	e.logf("Karmada ready, members joined (%s)", time.Since(start).Round(time.Millisecond))
-	if err := e.applyGatewayRBAC(ctx); err != nil {
-		return nil, err
+	if opts.Host.Enabled {
+		// The host release's hook Job applies the chart's karmada-apiserver
+		// objects itself: that is what a test of it checks.
+		if err := e.prepareHost(ctx); err != nil {
+			return nil, err
+		}
+		e.logf("host cluster ready: karmada-apiserver reachable from its pods at %s (%s)", e.HostKarmadaURL(), time.Since(start).Round(time.Millisecond))
+	} else {
+		if err := e.applyGatewayRBAC(ctx); err != nil {
+			return nil, err
+		}
+		e.logf("the chart's gateway RBAC applied and propagated (%s)", time.Since(start).Round(time.Millisecond))
 	}
-	e.logf("the chart's gateway RBAC applied and propagated (%s)", time.Since(start).Round(time.Millisecond))
 
 	if opts.Gateway.Enabled {
 		<-e.buildDone
@@ -393,6 +422,12 @@ func (e *Env) stop(keep bool) {
 		if e.imagesDone != nil {
 			<-e.imagesDone
 		}
+		if e.hostImagesDone != nil {
+			<-e.hostImagesDone
+		}
+		if e.hostForward != nil {
+			e.hostForward.close()
+		}
 		var nodes sync.WaitGroup
 		for _, n := range e.nodes {
 			nodes.Go(func() { e.stopNode(n) })
@@ -430,7 +465,7 @@ func (e *Env) apiServers() []*apiServer {
 	if e.karmada != nil {
 		out = append(out, e.karmada)
 	}
-	for _, name := range e.opts.Members {
+	for _, name := range e.clusters() {
 		if m := e.members[name]; m != nil {
 			out = append(out, m)
 		}
@@ -446,6 +481,16 @@ func (e *Env) LogDir() string { return e.logDir }
 
 // Members names the member clusters.
 func (e *Env) Members() []string { return slices.Clone(e.opts.Members) }
+
+// clusters names every Kubernetes cluster of the environment besides
+// karmada-apiserver: the members, then the host cluster if enabled.
+func (e *Env) clusters() []string {
+	out := slices.Clone(e.opts.Members)
+	if e.opts.Host.Enabled {
+		out = append(out, HostCluster)
+	}
+	return out
+}
 
 // BinDir holds kube-apiserver and kubectl.
 func (e *Env) BinDir() string { return e.opts.BinDir }

@@ -31,7 +31,7 @@ func (e *Env) writeKubeconfigs() error {
 			return err
 		}
 	}
-	for _, m := range e.opts.Members {
+	for _, m := range e.clusters() {
 		if err := e.writeKubeconfig(e.MemberKubeconfig(m), m, e.members[m].url(), UserAdmin); err != nil {
 			return err
 		}

@@ -79,11 +79,15 @@ func (e *Env) startNodes(ctx context.Context) error {
 	if e.imagesErr != nil {
 		return fmt.Errorf("build images: %w", e.imagesErr)
 	}
-	errs := make([]error, len(e.opts.Members))
+	clusters := e.clusters()
+	errs := make([]error, len(clusters))
 	var wg sync.WaitGroup
-	for i, m := range e.opts.Members {
-		n := &node{member: m, dir: filepath.Join(e.workDir, "nodes", m)}
-		e.nodes[m] = n
+	for i, m := range clusters {
+		n := e.nodes[m] // the host's node exists already: its slot is claimed early
+		if n == nil {
+			n = &node{member: m, dir: filepath.Join(e.workDir, "nodes", m)}
+			e.nodes[m] = n
+		}
 		wg.Go(func() {
 			if err := e.startNode(ctx, n); err != nil {
 				errs[i] = fmt.Errorf("node of %s: %w", m, err)
@@ -94,7 +98,7 @@ func (e *Env) startNodes(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	for _, m := range e.opts.Members {
+	for _, m := range clusters {
 		if err := e.waitNodeReady(ctx, m); err != nil {
 			return err
 		}
@@ -103,9 +107,11 @@ func (e *Env) startNodes(ctx context.Context) error {
 }
 
 func (e *Env) startNode(ctx context.Context, n *node) error {
-	var err error
-	if n.slot, err = claimNetSlot(); err != nil {
-		return err
+	if n.slot == nil {
+		var err error
+		if n.slot, err = claimNetSlot(); err != nil {
+			return err
+		}
 	}
 	if err := n.slot.createBridge(); err != nil {
 		return err
@@ -120,6 +126,15 @@ func (e *Env) startNode(ctx context.Context, n *node) error {
 	}
 	if err := images.Import(ctx, "", n.socket(), e.imagesTar); err != nil {
 		return err
+	}
+	if n.member == HostCluster {
+		<-e.hostImagesDone
+		if e.hostImagesErr != nil {
+			return fmt.Errorf("build the host cluster's images: %w", e.hostImagesErr)
+		}
+		if err := images.Import(ctx, "", n.socket(), e.hostImagesTar); err != nil {
+			return err
+		}
 	}
 	if err := e.bindNodes(ctx, n.member); err != nil {
 		return err
@@ -348,8 +363,12 @@ func (e *Env) startMemberControlPlane(n *node) error {
 	}
 	n.scheduler = e.newProcess("kube-scheduler-"+n.member, filepath.Join(e.opts.BinDir, "kube-scheduler"),
 		append(common, "--secure-port="+strconv.Itoa(ports[0]))...)
+	controllers := []string{"--controllers=endpointslice-controller,node-lifecycle-controller"}
+	if n.member == HostCluster {
+		controllers = e.hostControllerArgs()
+	}
 	n.controllers = e.newProcess("kube-controller-manager-"+n.member, filepath.Join(e.opts.BinDir, "kube-controller-manager"),
-		append(common, "--secure-port="+strconv.Itoa(ports[1]), "--controllers=endpointslice-controller,node-lifecycle-controller")...)
+		append(append(common, "--secure-port="+strconv.Itoa(ports[1])), controllers...)...)
 	for _, p := range []*process{n.scheduler, n.controllers} {
 		if err := p.start(); err != nil {
 			return err
@@ -435,7 +454,7 @@ func (e *Env) node(member string) *node {
 // them on purpose.
 func (e *Env) nodeErrors() []error {
 	var errs []error
-	for _, m := range e.opts.Members {
+	for _, m := range e.clusters() {
 		n := e.nodes[m]
 		if n == nil {
 			continue

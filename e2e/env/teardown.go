@@ -295,7 +295,7 @@ func unmountUnder(dir string) {
 // work directory, bridges. After Stop it must be empty.
 func (e *Env) Leftovers() []string {
 	var out []string
-	for _, m := range e.opts.Members {
+	for _, m := range e.clusters() {
 		n := e.nodes[m]
 		if n == nil {
 			continue
@@ -321,6 +321,9 @@ func (e *Env) Leftovers() []string {
 				out = append(out, fmt.Sprintf("%s: veth %s", m, v))
 			}
 		}
+	}
+	if e.hostForward != nil && !e.hostForward.isClosed() {
+		out = append(out, "forwarder to karmada-apiserver still listening on "+e.hostForward.addr().String())
 	}
 	for _, mp := range mountsUnder(e.workDir) {
 		out = append(out, "mount "+mp)

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
@@ -46,4 +48,64 @@ func Run(t testing.TB, args ...string) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	return stdout.String(), stderr.String(), err
+}
+
+// Readme is the repository's README.md, whose commands tests run as written.
+func Readme(t testing.TB) string {
+	t.Helper()
+	root, err := env.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(src)
+}
+
+// ReadmeShBlocks returns the sh blocks of the root README's section titled
+// title ("## <title>"), each as its non-empty lines as written (comments
+// included): the commands a user copies.
+func ReadmeShBlocks(t testing.TB, title string) [][]string {
+	t.Helper()
+	_, section, ok := strings.Cut(Readme(t), "\n## "+title+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q section", "## "+title)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var blocks [][]string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		var lines []string
+		for line := range strings.SplitSeq(m[1], "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				lines = append(lines, line)
+			}
+		}
+		blocks = append(blocks, lines)
+	}
+	return blocks
+}
+
+// ReadmeHelmSection returns the lines of every sh block of the README's
+// "Install with Helm" section.
+func ReadmeHelmSection(t testing.TB) []string {
+	t.Helper()
+	var lines []string
+	for _, b := range ReadmeShBlocks(t, "Install with Helm") {
+		lines = append(lines, b...)
+	}
+	return lines
+}
+
+// ReadmeHelmCommands is ReadmeHelmSection without its comment lines.
+func ReadmeHelmCommands(t testing.TB) []string {
+	t.Helper()
+	var cmds []string
+	for _, line := range ReadmeHelmSection(t) {
+		if !strings.HasPrefix(line, "#") {
+			cmds = append(cmds, line)
+		}
+	}
+	return cmds
 }

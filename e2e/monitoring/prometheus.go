@@ -149,7 +149,8 @@ func (p *Prometheus) LogTail() string {
 // successfully twice since t, so the counters a test drove up are in the
 // TSDB with a sample before and after their last change.
 func (p *Prometheus) WaitScrapedAfter(ctx context.Context, job string, t time.Time, timeout time.Duration) error {
-	var first time.Time
+	// Each target's first scrape after t; it is done once scraped again.
+	first := map[string]time.Time{}
 	last := "no active target"
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		res, err := p.API.Targets(ctx)
@@ -157,35 +158,30 @@ func (p *Prometheus) WaitScrapedAfter(ctx context.Context, job string, t time.Ti
 			last = err.Error()
 			return false, nil
 		}
-		var scraped []time.Time
+		seen, done := 0, true
 		for _, at := range res.Active {
 			if string(at.Labels["job"]) != job {
 				continue
 			}
+			seen++
 			if at.Health != promv1.HealthGood {
 				last = fmt.Sprintf("target %s is %s: %s", at.ScrapeURL, at.Health, at.LastError)
 				return false, nil
 			}
-			scraped = append(scraped, at.LastScrape)
-		}
-		if len(scraped) == 0 {
-			return false, nil
-		}
-		oldest := scraped[0]
-		for _, s := range scraped[1:] {
-			if s.Before(oldest) {
-				oldest = s
+			f, ok := first[at.ScrapeURL]
+			switch {
+			case !at.LastScrape.After(t):
+				last = fmt.Sprintf("last scrape of %s %s not after %s", at.ScrapeURL, at.LastScrape.Format(time.RFC3339Nano), t.Format(time.RFC3339Nano))
+				done = false
+			case !ok:
+				first[at.ScrapeURL] = at.LastScrape
+				done = false
+			case !at.LastScrape.After(f):
+				last = fmt.Sprintf("%s scraped once since %s", at.ScrapeURL, t.Format(time.RFC3339Nano))
+				done = false
 			}
 		}
-		switch {
-		case !oldest.After(t):
-			last = "last scrape " + oldest.Format(time.RFC3339Nano) + " not after " + t.Format(time.RFC3339Nano)
-		case first.IsZero():
-			first = oldest
-		case oldest.After(first):
-			return true, nil
-		}
-		return false, nil
+		return seen > 0 && done, nil
 	})
 	if err != nil {
 		return fmt.Errorf("wait for prometheus to scrape job %s twice after %s (%s): %w", job, t.Format(time.RFC3339Nano), last, err)

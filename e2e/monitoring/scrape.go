@@ -1,7 +1,9 @@
 package monitoring
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 	"unicode"
@@ -24,6 +26,65 @@ type ScrapeOptions struct {
 	Interval time.Duration
 	// RuleFiles are rules files Prometheus loads (rule_files).
 	RuleFiles []string
+	// TargetsFile, if set, replaces Target and Pod: the targets are read
+	// from this file (file_sd_configs, written by WriteTargets), which
+	// Prometheus watches, so a test follows pods that come and go as
+	// Kubernetes discovery would.
+	TargetsFile string
+}
+
+// ScrapeTarget is one gateway pod's metrics listener.
+type ScrapeTarget struct {
+	// Addr is host:port, Pod the pod's name.
+	Addr, Pod string
+}
+
+// targetLabels are the labels Prometheus Operator's relabelings give a
+// target of the ServiceMonitor's endpoint.
+func (c *Chart) targetLabels(namespace, endpoint, pod string) map[string]string {
+	return map[string]string{
+		"namespace": namespace, "service": c.MetricsService, "endpoint": endpoint,
+		"pod": pod, "container": "gateway",
+	}
+}
+
+// scrapeNamespace is the namespace the ServiceMonitor's targets are in.
+func (c *Chart) scrapeNamespace() (string, error) {
+	sm := c.ServiceMonitor
+	namespace := sm.Metadata.Namespace
+	if ns := sm.Spec.NamespaceSelector.MatchNames; len(ns) > 0 {
+		if len(ns) != 1 {
+			return "", fmt.Errorf("ServiceMonitor %s selects namespaces %q; one static target stands for one", sm.Metadata.Name, ns)
+		}
+		namespace = ns[0]
+	}
+	return namespace, nil
+}
+
+// WriteTargets writes targets as the file_sd file of ScrapeOptions.TargetsFile
+// (through a rename, so Prometheus never reads half a file), labeled as
+// the ServiceMonitor's one endpoint labels its targets.
+func (c *Chart) WriteTargets(path string, targets []ScrapeTarget) error {
+	eps := c.ServiceMonitor.Spec.Endpoints
+	if len(eps) != 1 {
+		return fmt.Errorf("ServiceMonitor %s has %d endpoints; a targets file stands for one", c.ServiceMonitor.Metadata.Name, len(eps))
+	}
+	namespace, err := c.scrapeNamespace()
+	if err != nil {
+		return err
+	}
+	groups := make([]any, 0, len(targets))
+	for _, t := range targets {
+		groups = append(groups, map[string]any{"targets": []string{t.Addr}, "labels": c.targetLabels(namespace, eps[0].Port, t.Pod)})
+	}
+	b, err := json.Marshal(groups)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".new", b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(path+".new", path)
 }
 
 // PrometheusConfig is a Prometheus configuration whose one scrape job per
@@ -38,12 +99,12 @@ func (c *Chart) PrometheusConfig(o ScrapeOptions) ([]byte, error) {
 	if len(sm.Spec.Endpoints) == 0 {
 		return nil, fmt.Errorf("ServiceMonitor %s has no endpoints", sm.Metadata.Name)
 	}
-	namespace := sm.Metadata.Namespace
-	if ns := sm.Spec.NamespaceSelector.MatchNames; len(ns) > 0 {
-		if len(ns) != 1 {
-			return nil, fmt.Errorf("ServiceMonitor %s selects namespaces %q; one static target stands for one", sm.Metadata.Name, ns)
-		}
-		namespace = ns[0]
+	namespace, err := c.scrapeNamespace()
+	if err != nil {
+		return nil, err
+	}
+	if o.TargetsFile != "" && len(sm.Spec.Endpoints) != 1 {
+		return nil, fmt.Errorf("ServiceMonitor %s has %d endpoints; a targets file stands for one", sm.Metadata.Name, len(sm.Spec.Endpoints))
 	}
 	interval := duration(o.Interval)
 	var jobs []any
@@ -60,14 +121,12 @@ func (c *Chart) PrometheusConfig(o ScrapeOptions) ([]byte, error) {
 			"scheme":          orDefault(ep.Scheme, "http"),
 			"scrape_interval": interval,
 			"scrape_timeout":  interval,
-			"static_configs": []any{map[string]any{
-				"targets": []string{o.Target},
-				"labels": map[string]string{
-					"namespace": namespace, "service": c.MetricsService, "endpoint": ep.Port,
-					"pod": o.Pod, "container": "gateway",
-				},
-			}},
 			"relabel_configs": relabel,
+		}
+		if o.TargetsFile != "" {
+			job["file_sd_configs"] = []any{map[string]any{"files": []string{o.TargetsFile}, "refresh_interval": interval}}
+		} else {
+			job["static_configs"] = []any{map[string]any{"targets": []string{o.Target}, "labels": c.targetLabels(namespace, ep.Port, o.Pod)}}
 		}
 		if len(metricRelabel) > 0 {
 			job["metric_relabel_configs"] = metricRelabel
