@@ -238,12 +238,15 @@ func TestExecUpstreamCutEndsStream(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("upstream did not cut")
 			}
-			// client-go's SPDY executor reports a vanished connection as a
-			// clean end (its error stream just reads EOF); the WebSocket
-			// executor sees the abnormal closure. Either way no exit status
-			// arrived, and the stream did not hang.
-			if kind == "websocket" && err == nil {
-				t.Fatal("websocket Stream returned nil after a cut")
+			// client-go's SPDY executor reads an error stream that ends
+			// empty as success: the gateway saw no exit status come and
+			// sent a Failure naming the member on it. The WebSocket
+			// executor sees the abnormal closure itself.
+			if err == nil {
+				t.Fatalf("%s Stream returned nil after a cut", kind)
+			}
+			if want := `member cluster "` + proxytest.Cluster + `"`; kind == "spdy" && !strings.Contains(err.Error(), want) {
+				t.Errorf("spdy Stream error %q does not name %s", err, want)
 			}
 			t.Logf("%s Stream after cut: %v (stdout %q)", kind, err, stdout.String())
 		})
