@@ -54,6 +54,9 @@ type spdyStatusWatch struct {
 	// Written by Write, read by Read.
 	errorStream atomic.Uint32 // 0 until the client opened it
 	clientEnded atomic.Bool   // client GOAWAY, RST_STREAM of the error stream, or Close
+	// gaveUp: a direction did not read as SPDY/3 (or a client frame could
+	// not be read); the stream is relayed unwatched from then on.
+	gaveUp atomic.Bool
 
 	// Write side.
 	toServer frameScanner
@@ -80,7 +83,7 @@ func newSPDYStatusWatch(upstream io.ReadWriteCloser, cutFrame func(stream uint32
 // Write follows the client's frames before they go upstream, so the error
 // stream is known before the server can answer on it.
 func (w *spdyStatusWatch) Write(p []byte) (int, error) {
-	if !w.client.lost {
+	if !w.gaveUp.Load() {
 		w.toServer.scan(p, &w.client)
 	}
 	return w.ReadWriteCloser.Write(p)
@@ -91,7 +94,7 @@ func (w *spdyStatusWatch) Read(p []byte) (int, error) {
 		return w.drain(p)
 	}
 	n, err := w.ReadWriteCloser.Read(p)
-	if n > 0 {
+	if n > 0 && !w.gaveUp.Load() {
 		w.fromServer.scan(p[:n], &w.server)
 	}
 	if err == nil || !w.reportCut() {
@@ -117,7 +120,7 @@ func (w *spdyStatusWatch) drain(p []byte) (int, error) {
 // of a cut, and prepares the frame that tells it.
 func (w *spdyStatusWatch) reportCut() bool {
 	stream := w.errorStream.Load()
-	if w.clientEnded.Load() || w.client.lost || stream == 0 || w.server.statusSeen || w.server.errorFin {
+	if w.clientEnded.Load() || w.gaveUp.Load() || stream == 0 || w.server.statusSeen || w.server.errorFin {
 		return false
 	}
 	if !w.fromServer.atBoundary() {
@@ -145,7 +148,11 @@ type serverFrames struct {
 }
 
 func (s *serverFrames) header(h frameHeader) {
-	if h.control || h.stream != s.watch.errorStream.Load() || h.stream == 0 {
+	if !h.valid() {
+		s.watch.gaveUp.Store(true)
+		return
+	}
+	if h.control || h.stream != s.watch.errorStream.Load() {
 		return
 	}
 	if h.length > 0 {
@@ -169,12 +176,15 @@ type clientFrames struct {
 	feed   frameFeed
 	buf    []byte // the control frame being read, header included
 	keep   bool   // buf collects the current frame
-	lost   bool   // a frame could not be read; the watch gave up
 }
 
 func (c *clientFrames) header(h frameHeader) {
 	c.keep = false
-	if !h.control || c.lost {
+	if !h.valid() {
+		c.watch.gaveUp.Store(true)
+		return
+	}
+	if !h.control || c.watch.gaveUp.Load() {
 		return
 	}
 	switch h.typ {
@@ -189,7 +199,8 @@ func (c *clientFrames) header(h frameHeader) {
 		return
 	}
 	if h.length > maxClientControlFrame {
-		c.lost, c.keep = true, false
+		c.watch.gaveUp.Store(true)
+		c.keep = false
 		return
 	}
 	c.buf = append(c.buf[:0], h.raw[:]...)
@@ -219,7 +230,7 @@ func (c *clientFrames) end(h frameHeader) {
 	}
 	if err := c.readHeaders(); err != nil {
 		klog.Background().V(2).Info("SPDY exec stream not followed", "err", err)
-		c.lost = true
+		c.watch.gaveUp.Store(true)
 	}
 }
 
@@ -269,10 +280,20 @@ const frameHeaderLen = 8
 type frameHeader struct {
 	raw     [frameHeaderLen]byte
 	control bool
+	version uint16                // control frames
 	typ     spdy.ControlFrameType // control frames
 	stream  uint32                // data frames
 	flags   byte
 	length  int
+}
+
+// valid reports whether h can be a SPDY/3 frame: no data on stream 0, no
+// other version.
+func (h *frameHeader) valid() bool {
+	if h.control {
+		return h.version == spdy.Version
+	}
+	return h.stream != 0
 }
 
 // frameHandler is told of each frame of a direction in order.
@@ -326,8 +347,9 @@ func (s *frameScanner) atBoundary() bool { return s.hdrN == 0 }
 func (h *frameHeader) parse() {
 	first := binary.BigEndian.Uint32(h.raw[0:4])
 	h.control = first&0x80000000 != 0
-	h.typ, h.stream = 0, 0
+	h.typ, h.stream, h.version = 0, 0, 0
 	if h.control {
+		h.version = uint16(first>>16) & 0x7fff
 		h.typ = spdy.ControlFrameType(first & 0xffff)
 	} else {
 		h.stream = first & 0x7fffffff
