@@ -81,9 +81,12 @@ func TestContainerEnd(t *testing.T) {
 // kube-apiserver ends one whose kubelet died, and the member's pod through
 // the cluster proxy as podStatus answers.
 type logMember struct {
-	podCode   int
-	container corev1.ContainerState
-	podReads  atomic.Int32
+	// auth is the Authorization the pod read must carry: the identity the
+	// log request went with.
+	auth, impersonate string
+	podCode           int
+	container         corev1.ContainerState
+	podReads          atomic.Int32
 }
 
 func (m *logMember) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -91,7 +94,7 @@ func (m *logMember) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == podPath:
 		m.podReads.Add(1)
-		if r.Header.Get("Authorization") != "Bearer caller-token" {
+		if r.Header.Get("Authorization") != m.auth || r.Header.Get("Impersonate-User") != m.impersonate {
 			proxytest.WriteJSON(w, http.StatusUnauthorized, metav1.Status{Status: metav1.StatusFailure, Code: 401})
 			return
 		}
@@ -123,7 +126,10 @@ func TestLogFollowCutIsReported(t *testing.T) {
 		wantCut   bool
 		wantReads bool
 		result    string // the cut result counted, if any
+		authorize bool
 	}{
+		{name: "authorize mode: container runs: cut", query: "follow=true", podCode: 200, container: runningLong, wantCut: true, wantReads: true, result: cutReported, authorize: true},
+		{name: "authorize mode: container ended", query: "follow=true", podCode: 200, container: terminated, wantReads: true, authorize: true},
 		{name: "container runs: cut", query: "follow=true", podCode: 200, container: runningLong, wantCut: true, wantReads: true, result: cutReported},
 		{name: "container ended", query: "follow=1&container=build", podCode: 200, container: terminated, wantReads: true},
 		{name: "pod gone", query: "follow=true", podCode: 404, wantReads: true},
@@ -141,11 +147,17 @@ func TestLogFollowCutIsReported(t *testing.T) {
 				name = tc.name + "/http2"
 			}
 			t.Run(name, func(t *testing.T) {
-				member := &logMember{podCode: tc.podCode, container: tc.container}
+				member := &logMember{auth: "Bearer caller-token", impersonate: "someone", podCode: tc.podCode, container: tc.container}
 				upstream := httptest.NewTLSServer(member)
 				t.Cleanup(upstream.Close)
 				m := metrics.New(prometheus.NewRegistry())
-				p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), Metrics: m, LogEndWindow: 300 * time.Millisecond})
+				opts := Options{Upstream: tlsUpstreamConfig(upstream), Metrics: m, LogEndWindow: 300 * time.Millisecond}
+				if tc.authorize {
+					member.auth, member.impersonate = "Bearer gateway-token", ""
+					opts.Upstream.BearerToken = "gateway-token"
+					opts.AuthMode, opts.Authorizer = AuthAuthorize, &proxytest.Authorizer{}
+				}
+				p := newTestProxy(t, opts)
 				gw := httptest.NewUnstartedServer(p)
 				gw.EnableHTTP2 = true
 				gw.StartTLS()
@@ -159,6 +171,7 @@ func TestLogFollowCutIsReported(t *testing.T) {
 				defer cancel()
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gw.URL+"/api/v1/namespaces/ci/pods/job-42/log?"+tc.query, nil)
 				req.Header.Set("Authorization", "Bearer caller-token")
+				req.Header.Set("Impersonate-User", "someone")
 				res, err := client.Do(req)
 				if err != nil {
 					t.Fatal(err)
