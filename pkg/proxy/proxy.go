@@ -495,7 +495,7 @@ var errUpgradeMismatch = errors.New("upstream switched to another protocol than 
 // closes the client connection after a refused upgrade so that nothing the
 // client sends next can be taken for tunnelled bytes. It has the streams
 // whose cut a member can make look like their end watched: SPDY exec and
-// attach for their exit status (spdyStatusWatch), log follows for their
+// attach for their exit status (statusWatch), log follows for their
 // container's end (followedLog).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	requested := upgradeType(res.Request.Header)
@@ -503,9 +503,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		if got := upgradeType(res.Header); requested == "" || !strings.EqualFold(requested, got) {
 			return fmt.Errorf("%w: requested %q, got %q", errUpgradeMismatch, requested, got)
 		}
-		if body, ok := res.Body.(io.ReadWriteCloser); ok && watchesExitStatus(res) {
-			res.Body = p.watchExitStatus(res.Request, body)
-		}
+		p.watchExitStatus(res)
 		return nil
 	}
 	if requested != "" {

@@ -35,79 +35,84 @@ const (
 	cutUnreported = "unreported"
 )
 
-// spdyStatusWatch is the upstream side of an upgraded SPDY/3.1 remotecommand
-// v4 stream (exec, attach) as ReverseProxy copies it. It follows the frames
-// of both directions without holding any back: the client's SYN_STREAM
-// headers name the error stream, the server's DATA frames show whether a
-// Status came on it. When upstream ends the tunnel (a member's kubelet or
-// container runtime died: kube-apiserver just closes it) while the client is
-// still there and no Status came, it appends to what the client reads, at a
-// frame boundary, a DATA frame with FIN on the error stream carrying a
-// Failure Status naming the member. client-go's SPDY executor reads an empty
-// error stream as success and returns this Status as an error instead.
+// statusWatch is the upstream side of an upgraded exec or attach stream
+// as ReverseProxy copies it, for a protocol whose server always sends an
+// exit status before it ends the stream (remotecommand v4 and v5). Its
+// follower reads the frames of both directions without holding any back.
+// When upstream ends the tunnel (a member's kubelet died: kube-apiserver
+// just closes it) while the client is still there and no status came, it
+// appends to what the client reads, at a frame boundary, the follower's
+// Failure status naming the member, which the client's executor returns as
+// an error where it would have read the silence as success (SPDY) or as an
+// anonymous abnormal closure (WebSocket).
 //
 // Read runs on ReverseProxy's upstream-to-client goroutine only, Write on
 // the client-to-upstream one, Close on either or the request's.
-type spdyStatusWatch struct {
+type statusWatch struct {
 	io.ReadWriteCloser
-
-	// Written by Write, read by Read.
-	errorStream atomic.Uint32 // 0 until the client opened it
-	clientEnded atomic.Bool   // client GOAWAY, RST_STREAM of the error stream, or Close
-	// gaveUp: a direction did not read as SPDY/3 (or a client frame could
-	// not be read); the stream is relayed unwatched from then on.
-	gaveUp atomic.Bool
-
-	// Write side.
-	toServer frameScanner
-	client   clientFrames
+	follow statusFollower
+	// clientLeft: the gateway closed the stream (the client left, or the
+	// request was cancelled): nothing is reported to a client that is gone.
+	clientLeft atomic.Bool
 
 	// Read side.
-	fromServer frameScanner
-	server     serverFrames
-	pending    []byte // the injected frame, until delivered
-	injected   bool
-	readErr    error // upstream's end, returned after pending
+	pending  []byte // the frames telling the client, until delivered
+	injected bool
+	readErr  error // upstream's end, returned after pending
 
-	cutFrame func(stream uint32) []byte
-	onCut    func(result string)
+	onCut func(result string)
 }
 
-func newSPDYStatusWatch(upstream io.ReadWriteCloser, cutFrame func(stream uint32) []byte, onCut func(result string)) *spdyStatusWatch {
-	w := &spdyStatusWatch{ReadWriteCloser: upstream, cutFrame: cutFrame, onCut: onCut}
-	w.client.watch = w
-	w.server.watch = w
-	return w
+// statusFollower follows one protocol's frames for a statusWatch.
+type statusFollower interface {
+	// fromClient and fromServer see every byte of their direction, in
+	// order, before it is passed on.
+	fromClient(p []byte)
+	fromServer(p []byte)
+	// cut is asked once, when upstream ended and the client is there: the
+	// bytes that tell the client its stream was cut, or nil; found is set
+	// when a cut was found that cannot be told.
+	cut() (tell []byte, found bool)
 }
 
-// Write follows the client's frames before they go upstream, so the error
-// stream is known before the server can answer on it.
-func (w *spdyStatusWatch) Write(p []byte) (int, error) {
-	if !w.gaveUp.Load() {
-		w.toServer.scan(p, &w.client)
-	}
+func newStatusWatch(upstream io.ReadWriteCloser, follow statusFollower, onCut func(result string)) *statusWatch {
+	return &statusWatch{ReadWriteCloser: upstream, follow: follow, onCut: onCut}
+}
+
+// Write follows the client's frames before they go upstream, so what they
+// open is known before the server can answer on it.
+func (w *statusWatch) Write(p []byte) (int, error) {
+	w.follow.fromClient(p)
 	return w.ReadWriteCloser.Write(p)
 }
 
-func (w *spdyStatusWatch) Read(p []byte) (int, error) {
+func (w *statusWatch) Read(p []byte) (int, error) {
 	if w.injected {
 		return w.drain(p)
 	}
 	n, err := w.ReadWriteCloser.Read(p)
-	if n > 0 && !w.gaveUp.Load() {
-		w.fromServer.scan(p[:n], &w.server)
+	if n > 0 {
+		w.follow.fromServer(p[:n])
 	}
-	if err == nil || !w.reportCut() {
+	if err == nil || w.clientLeft.Load() {
 		return n, err
 	}
-	w.injected, w.readErr = true, err
+	tell, found := w.follow.cut()
+	if tell == nil {
+		if found {
+			w.onCut(cutUnreported)
+		}
+		return n, err
+	}
+	w.onCut(cutReported)
+	w.pending, w.injected, w.readErr = tell, true, err
 	if n > 0 {
 		return n, nil
 	}
 	return w.drain(p)
 }
 
-func (w *spdyStatusWatch) drain(p []byte) (int, error) {
+func (w *statusWatch) drain(p []byte) (int, error) {
 	if len(w.pending) == 0 {
 		return 0, w.readErr
 	}
@@ -116,34 +121,66 @@ func (w *spdyStatusWatch) drain(p []byte) (int, error) {
 	return n, nil
 }
 
-// reportCut decides, once upstream ended, whether the client must be told
-// of a cut, and prepares the frame that tells it.
-func (w *spdyStatusWatch) reportCut() bool {
-	stream := w.errorStream.Load()
-	if w.clientEnded.Load() || w.gaveUp.Load() || stream == 0 || w.server.statusSeen || w.server.errorFin {
-		return false
-	}
-	if !w.fromServer.atBoundary() {
-		// A frame the client has only part of cannot be followed by
-		// another; the node died writing it.
-		w.onCut(cutUnreported)
-		return false
-	}
-	w.pending = w.cutFrame(stream)
-	w.onCut(cutReported)
-	return true
+func (w *statusWatch) Close() error {
+	w.clientLeft.Store(true)
+	return w.ReadWriteCloser.Close()
 }
 
-// Close marks the end as the gateway's (the client left, or the request
-// was cancelled): nothing is reported to a client that is gone.
-func (w *spdyStatusWatch) Close() error {
-	w.clientEnded.Store(true)
-	return w.ReadWriteCloser.Close()
+// spdyFollower follows SPDY/3.1 with remotecommand v4: the client's
+// SYN_STREAM headers name the error stream, the server's DATA frames show
+// whether a Status came on it. Its cut is a DATA frame with FIN on the
+// error stream carrying the Failure.
+type spdyFollower struct {
+	// Written on the client side, read on the server side.
+	errorStream atomic.Uint32 // 0 until the client opened it
+	clientEnded atomic.Bool   // client GOAWAY or RST_STREAM of the error stream
+	// gaveUp: a direction did not read as SPDY/3 (or a client frame could
+	// not be read); the stream is relayed unwatched from then on.
+	gaveUp atomic.Bool
+
+	clientScan frameScanner
+	client     clientFrames
+	serverScan frameScanner
+	server     serverFrames
+
+	cutFrame func(stream uint32) []byte
+}
+
+func newSPDYFollower(cutFrame func(stream uint32) []byte) *spdyFollower {
+	f := &spdyFollower{cutFrame: cutFrame}
+	f.client.watch = f
+	f.server.watch = f
+	return f
+}
+
+func (f *spdyFollower) fromClient(p []byte) {
+	if !f.gaveUp.Load() {
+		f.clientScan.scan(p, &f.client)
+	}
+}
+
+func (f *spdyFollower) fromServer(p []byte) {
+	if !f.gaveUp.Load() {
+		f.serverScan.scan(p, &f.server)
+	}
+}
+
+func (f *spdyFollower) cut() ([]byte, bool) {
+	stream := f.errorStream.Load()
+	if f.clientEnded.Load() || f.gaveUp.Load() || stream == 0 || f.server.statusSeen || f.server.errorFin {
+		return nil, false
+	}
+	if !f.serverScan.atBoundary() {
+		// A frame the client has only part of cannot be followed by
+		// another; the node died writing it.
+		return nil, true
+	}
+	return f.cutFrame(stream), false
 }
 
 // serverFrames notes what the server sent on the error stream.
 type serverFrames struct {
-	watch                *spdyStatusWatch
+	watch                *spdyFollower
 	statusSeen, errorFin bool
 }
 
@@ -171,7 +208,7 @@ func (*serverFrames) end(frameHeader) {}
 // it reads every one until the error stream is known), and RST_STREAM and
 // GOAWAY by hand.
 type clientFrames struct {
-	watch  *spdyStatusWatch
+	watch  *spdyFollower
 	framer *spdy.Framer
 	feed   frameFeed
 	buf    []byte // the control frame being read, header included
@@ -383,26 +420,38 @@ func cutStatus(where string) metav1.Status {
 	}
 }
 
-// watchesExitStatus reports whether res switches to SPDY with the v4
-// remotecommand protocol, the one whose cuts spdyStatusWatch can tell.
-func watchesExitStatus(res *http.Response) bool {
+// watchesSPDYExitStatus reports whether res switches to SPDY with the v4
+// remotecommand protocol, the one whose cuts spdyFollower can tell.
+func watchesSPDYExitStatus(res *http.Response) bool {
 	return strings.EqualFold(upgradeType(res.Header), "SPDY/3.1") &&
 		strings.TrimSpace(res.Header.Get("X-Stream-Protocol-Version")) == remotecommandV4
 }
 
-// watchExitStatus has the SPDY v4 stream of out watched for a cut.
-func (p *Proxy) watchExitStatus(out *http.Request, body io.ReadWriteCloser) io.ReadWriteCloser {
-	state := stateFrom(out.Context())
+// watchExitStatus has the upgraded exec or attach stream of res watched
+// for a cut, if its protocol promises an exit status.
+func (p *Proxy) watchExitStatus(res *http.Response) {
+	body, ok := res.Body.(io.ReadWriteCloser)
+	state := stateFrom(res.Request.Context())
+	if !ok || state == nil {
+		return
+	}
 	route, where := state.route, state.upstreamName
-	logger := klog.FromContext(out.Context()).WithValues("route", route, "upstream", state.upstreamName)
+	logger := klog.FromContext(res.Request.Context()).WithValues("route", route, "upstream", state.upstreamName)
 	if state.cluster != "" {
 		where = fmt.Sprintf("member cluster %q", state.cluster)
 		logger = logger.WithValues("cluster", state.cluster, "namespace", state.pod.Namespace, "pod", state.pod.Name)
 	}
-	return newSPDYStatusWatch(body,
-		func(stream uint32) []byte { return errorStreamFrame(stream, cutStatus(where)) },
-		func(result string) {
-			p.metrics.StreamCutsTotal.WithLabelValues(route, result).Inc()
-			logger.Info("Upstream ended an exec stream without its exit status", "result", result)
-		})
+	var follow statusFollower
+	switch {
+	case watchesSPDYExitStatus(res):
+		follow = newSPDYFollower(func(stream uint32) []byte { return errorStreamFrame(stream, cutStatus(where)) })
+	case watchesWebSocketExitStatus(res, route):
+		follow = &wsFollower{cutFrames: func() []byte { return webSocketCutFrames(cutStatus(where)) }}
+	default:
+		return
+	}
+	res.Body = newStatusWatch(body, follow, func(result string) {
+		p.metrics.StreamCutsTotal.WithLabelValues(route, result).Inc()
+		logger.Info("Upstream ended an exec stream without its exit status", "result", result)
+	})
 }

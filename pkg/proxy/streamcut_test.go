@@ -151,8 +151,7 @@ func TestSPDYStatusWatch(t *testing.T) {
 			t.Run(tc.name+"/chunk="+string(rune('0'+size)), func(t *testing.T) {
 				up := &scriptedUpstream{chunks: chunked(tc.server, size), end: tc.end}
 				var results []string
-				w := newSPDYStatusWatch(up,
-					func(stream uint32) []byte { return errorStreamFrame(stream, cutStatus(`member cluster "m1"`)) },
+				w := newStatusWatch(up, newSPDYFollower(func(stream uint32) []byte { return errorStreamFrame(stream, cutStatus(`member cluster "m1"`)) }),
 					func(result string) { results = append(results, result) })
 				for _, c := range chunked(clientBytes, size) {
 					if _, err := w.Write(c); err != nil {
@@ -228,7 +227,7 @@ func checkInjected(t *testing.T, b []byte, stream spdy.StreamId, where string) {
 	}
 }
 
-func TestWatchesExitStatus(t *testing.T) {
+func TestWatchesSPDYExitStatus(t *testing.T) {
 	cases := []struct {
 		upgrade, protocol string
 		want              bool
@@ -248,7 +247,7 @@ func TestWatchesExitStatus(t *testing.T) {
 		if tc.protocol != "" {
 			h.Set("X-Stream-Protocol-Version", tc.protocol)
 		}
-		if got := watchesExitStatus(&http.Response{Header: h}); got != tc.want {
+		if got := watchesSPDYExitStatus(&http.Response{Header: h}); got != tc.want {
 			t.Errorf("%s %q: %v, want %v", tc.upgrade, tc.protocol, got, tc.want)
 		}
 	}
@@ -272,7 +271,7 @@ func FuzzFrameScanner(f *testing.F) {
 		if !slices.Equal(whole.ends, parts.ends) || s1.atBoundary() != s2.atBoundary() {
 			t.Fatalf("split at %d: frames %v, whole %v", split, parts.ends, whole.ends)
 		}
-		w := newSPDYStatusWatch(&scriptedUpstream{end: io.EOF}, func(uint32) []byte { return nil }, func(string) {})
+		w := newStatusWatch(&scriptedUpstream{end: io.EOF}, newSPDYFollower(func(uint32) []byte { return nil }), func(string) {})
 		_, _ = w.Write(b[:split])
 		_, _ = w.Write(b[split:])
 	})
@@ -294,7 +293,7 @@ func BenchmarkSPDYStatusWatch(b *testing.B) {
 				frames[i] = data(3, false, strings.Repeat("x", size))
 			}
 			stdout := spdyBytes(b, frames...)
-			w := newSPDYStatusWatch(&scriptedUpstream{}, func(uint32) []byte { return nil }, func(string) {})
+			w := newStatusWatch(&scriptedUpstream{}, newSPDYFollower(func(uint32) []byte { return nil }), func(string) {})
 			if _, err := w.Write(spdyBytes(b, synStream(1, "error"), synStream(3, "stdout"))); err != nil {
 				b.Fatal(err)
 			}
