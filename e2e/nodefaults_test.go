@@ -32,8 +32,9 @@ const tickerScript = `i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; d
 // closes an exec tunnel whose kubelet died without a status on the error
 // channel, which client-go's SPDY executor reads as success; the gateway
 // follows the SPDY frames and sends a Failure naming the member on the
-// error channel (v4.channel.k8s.io). The WebSocket executor sees the tunnel
-// close without a close frame and errors by itself. kube-apiserver ends a
+// error channel (v4.channel.k8s.io). The WebSocket executor would see the
+// tunnel close without a close frame and fail anonymously; the gateway
+// sends the same Failure on channel 3 and a normal close. kube-apiserver ends a
 // proxied log body it could not finish with a clean last chunk; the gateway
 // reads the member's pod, finds the followed container still running, and
 // aborts the response, so the client reads an unexpected EOF.
@@ -153,7 +154,7 @@ func TestNodeFaults(t *testing.T) {
 			func(ctx context.Context) error { return testEnv.StartKubelet(ctx, "member1") },
 			map[string]streamEnd{
 				"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "member1"`)},
-				"the WebSocket exec through the gateway": {wsDone, anError},
+				"the WebSocket exec through the gateway": {wsDone, errorNaming(`member cluster "member1"`)},
 				"logs -f through the gateway":            {logsDone, anError},
 			})
 	})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,12 +254,13 @@ func TestWatchesSPDYExitStatus(t *testing.T) {
 	}
 }
 
-// FuzzFrameScanner: any bytes, split anywhere, give the same frames as
-// whole, and neither direction's follower panics.
+// FuzzFrameScanner: any bytes, split anywhere, give the same SPDY frames
+// and WebSocket follower state as whole, and no follower panics.
 func FuzzFrameScanner(f *testing.F) {
 	f.Add(spdyBytes(f, synStream(1, "error"), synStream(3, "stdout"), data(3, false, "hi")), 3)
 	f.Add(spdyBytes(f, synReply(1), data(1, true, `{"status":"Success"}`)), 1)
 	f.Add([]byte{0x80, 0x03, 0x00, 0x01, 0x00, 0xff, 0xff, 0xff}, 2)
+	f.Add(slices.Concat(wsFrame(false, wsBinary, []byte{3}), wsFrame(true, 0x9, nil), wsFrame(true, wsContinuation, []byte("{}"))), 4)
 	f.Fuzz(func(t *testing.T, b []byte, split int) {
 		if split <= 0 || split > len(b) {
 			split = len(b) / 2
@@ -274,6 +276,13 @@ func FuzzFrameScanner(f *testing.F) {
 		w := newStatusWatch(&scriptedUpstream{end: io.EOF}, newSPDYFollower(func(uint32) []byte { return nil }), func(string) {})
 		_, _ = w.Write(b[:split])
 		_, _ = w.Write(b[split:])
+		var ws1, ws2 wsFollower
+		ws1.fromServer(b)
+		ws2.fromServer(b[:split])
+		ws2.fromServer(b[split:])
+		if !reflect.DeepEqual(ws1, ws2) { // cutFrames is nil in both
+			t.Fatalf("split at %d: WebSocket follower %+v, whole %+v", split, ws2, ws1)
+		}
 	})
 }
 
