@@ -73,7 +73,7 @@ type Metrics struct {
 	// follow while the container still runs: the node's kubelet or
 	// container runtime died), by route and result: "reported" when the
 	// client got an error, "unreported" when the gateway could not tell it
-	// (the upstream ended inside a SPDY frame; a log follow's pod could not
+	// (the upstream ended inside a frame or message; a log follow's pod could not
 	// be read to tell a cut from an end).
 	StreamCutsTotal *prometheus.CounterVec
 	// MemberEventsUnavailableTotal counts merged events requests that could

@@ -62,8 +62,10 @@
 //     on the error stream at a frame boundary. A rewritten pods/log follow
 //     that upstream ends cleanly is checked against the member's pod for a
 //     bounded window (Options.LogEndWindow): a container still running is a
-//     cut, and the response is aborted. WebSocket streams are relayed as
-//     they are: client-go sees their abnormal closure itself.
+//     cut, and the response is aborted. A WebSocket exec or attach with
+//     v4 or v5 channels is followed the same way (server frames; a close
+//     frame or a message on channel 3 is an end) and gets the Failure on
+//     channel 3 and a normal close frame.
 //   - Transports (upstream.go): "caller" carries the client's own credentials
 //     (TLS built from the upstream config with every credential removed);
 //     "gateway" adds the gateway's identity. Each has an HTTP/1.1-only twin

@@ -28,7 +28,7 @@ const remotecommandV4 = "v4.channel.k8s.io"
 const maxClientControlFrame = 64 << 10
 
 // Stream cut results: the gateway reported the cut to the client, or found
-// it but could not (SPDY: the upstream ended inside a frame; logs: the
+// it but could not (exec: the upstream ended inside a frame; logs: the
 // member's pod could not be read to tell a cut from an end).
 const (
 	cutReported   = "reported"
