@@ -35,6 +35,13 @@ const (
 	SourceNone    = "none"
 )
 
+// Stream cut results label StreamCutsTotal: the client got an error, or
+// the gateway found a cut it could not tell.
+const (
+	CutReported   = "reported"
+	CutUnreported = "unreported"
+)
+
 // Limit scopes label stream limit rejections.
 const (
 	LimitScopeTotal  = "total"
@@ -161,6 +168,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "certificate_expiry_timestamp_seconds",
 			Help: "NotAfter, in Unix seconds, of the certificate in use (for a CA bundle, of its first certificate to expire), by name (serving, client-ca).",
 		}, []string{"name"}),
+	}
+	// The routes a member can cut start at 0: a cut is rare, and a series
+	// that only appears with the first one hides it from increase() and
+	// leaves the dashboard's panel empty until then.
+	for _, route := range []string{RouteExec, RouteAttach, RouteLog} {
+		for _, result := range []string{CutReported, CutUnreported} {
+			m.StreamCutsTotal.WithLabelValues(route, result)
+		}
 	}
 	reg.MustRegister(
 		m.RequestsTotal, m.RequestDuration, m.ActiveStreams, m.StreamDuration,

@@ -126,11 +126,11 @@ poll:
 	case verdict == logEndReal:
 		return nil
 	case verdict == logEndUnverified:
-		p.metrics.StreamCutsTotal.WithLabelValues(state.route, cutUnreported).Inc()
+		p.metrics.StreamCutsTotal.WithLabelValues(state.route, metrics.CutUnreported).Inc()
 		logger.Info("Log follow ended; could not tell a cut from the container's end", "err", lastErr)
 		return nil
 	}
-	p.metrics.StreamCutsTotal.WithLabelValues(state.route, cutReported).Inc()
+	p.metrics.StreamCutsTotal.WithLabelValues(state.route, metrics.CutReported).Inc()
 	logger.Info("Log follow ended while its container runs; aborting the response", "window", p.logEndWindow, "lastErr", lastErr)
 	return errLogFollowCut
 }

@@ -128,13 +128,13 @@ func TestLogFollowCutIsReported(t *testing.T) {
 		result    string // the cut result counted, if any
 		authorize bool
 	}{
-		{name: "authorize mode: container runs: cut", query: "follow=true", podCode: 200, container: runningLong, wantCut: true, wantReads: true, result: cutReported, authorize: true},
+		{name: "authorize mode: container runs: cut", query: "follow=true", podCode: 200, container: runningLong, wantCut: true, wantReads: true, result: metrics.CutReported, authorize: true},
 		{name: "authorize mode: container ended", query: "follow=true", podCode: 200, container: terminated, wantReads: true, authorize: true},
-		{name: "container runs: cut", query: "follow=true", podCode: 200, container: runningLong, wantCut: true, wantReads: true, result: cutReported},
+		{name: "container runs: cut", query: "follow=true", podCode: 200, container: runningLong, wantCut: true, wantReads: true, result: metrics.CutReported},
 		{name: "container ended", query: "follow=1&container=build", podCode: 200, container: terminated, wantReads: true},
 		{name: "pod gone", query: "follow=true", podCode: 404, wantReads: true},
-		{name: "member not answering: cut", query: "follow=true", podCode: 503, wantCut: true, wantReads: true, result: cutReported},
-		{name: "pod not readable", query: "follow=true", podCode: 403, wantReads: true, result: cutUnreported},
+		{name: "member not answering: cut", query: "follow=true", podCode: 503, wantCut: true, wantReads: true, result: metrics.CutReported},
+		{name: "pod not readable", query: "follow=true", podCode: 403, wantReads: true, result: metrics.CutUnreported},
 		{name: "no follow", query: "tailLines=1", podCode: 200, container: runningLong},
 		{name: "follow=false", query: "follow=false", podCode: 200, container: runningLong},
 		{name: "previous", query: "follow=true&previous=true", podCode: 200, container: runningLong},
@@ -194,7 +194,7 @@ func TestLogFollowCutIsReported(t *testing.T) {
 				if reads := member.podReads.Load() > 0; reads != tc.wantReads {
 					t.Errorf("pod read from the member: %v, want %v", reads, tc.wantReads)
 				}
-				for _, result := range []string{cutReported, cutUnreported} {
+				for _, result := range []string{metrics.CutReported, metrics.CutUnreported} {
 					want := 0.0
 					if result == tc.result {
 						want = 1

@@ -10,10 +10,11 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/moby/spdystream/spdy"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/moby/spdystream/spdy"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
 // remotecommandV4 is the stream protocol whose server always writes a
@@ -26,14 +27,6 @@ const remotecommandV4 = "v4.channel.k8s.io"
 // read its headers; remotecommand's are well under 1 KiB. A longer one ends
 // the watch (the stream is relayed as before, only unwatched).
 const maxClientControlFrame = 64 << 10
-
-// Stream cut results: the gateway reported the cut to the client, or found
-// it but could not (exec: the upstream ended inside a frame; logs: the
-// member's pod could not be read to tell a cut from an end).
-const (
-	cutReported   = "reported"
-	cutUnreported = "unreported"
-)
 
 // statusWatch is the upstream side of an upgraded exec or attach stream
 // as ReverseProxy copies it, for a protocol whose server always sends an
@@ -100,11 +93,11 @@ func (w *statusWatch) Read(p []byte) (int, error) {
 	tell, found := w.follow.cut()
 	if tell == nil {
 		if found {
-			w.onCut(cutUnreported)
+			w.onCut(metrics.CutUnreported)
 		}
 		return n, err
 	}
-	w.onCut(cutReported)
+	w.onCut(metrics.CutReported)
 	w.pending, w.injected, w.readErr = tell, true, err
 	if n > 0 {
 		return n, nil

@@ -15,6 +15,8 @@ import (
 
 	"github.com/moby/spdystream/spdy"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
 // spdyBytes is what a spdystream Framer writes for frames, in order: one
@@ -105,8 +107,8 @@ func TestSPDYStatusWatch(t *testing.T) {
 		wantResult string // "" when nothing is counted
 		rawClient  []byte // sent after client's frames
 	}{
-		{name: "cut before a status", client: opened, server: spdyBytes(t, replied...), end: io.EOF, wantInject: true, wantResult: cutReported},
-		{name: "cut by a reset", client: opened, server: spdyBytes(t, replied...), end: syscall.ECONNRESET, wantInject: true, wantResult: cutReported},
+		{name: "cut before a status", client: opened, server: spdyBytes(t, replied...), end: io.EOF, wantInject: true, wantResult: metrics.CutReported},
+		{name: "cut by a reset", client: opened, server: spdyBytes(t, replied...), end: syscall.ECONNRESET, wantInject: true, wantResult: metrics.CutReported},
 		{
 			name: "status came", client: opened, end: io.EOF,
 			server: spdyBytes(t, append(slices.Clone(replied), data(errStream, false, `{"status":"Success"}`), data(errStream, true, ""))...),
@@ -121,7 +123,7 @@ func TestSPDYStatusWatch(t *testing.T) {
 			server: spdyBytes(t, append(slices.Clone(replied), data(errStream, true, ""))...),
 		},
 		{
-			name: "cut inside a frame", client: opened, end: io.EOF, wantResult: cutUnreported,
+			name: "cut inside a frame", client: opened, end: io.EOF, wantResult: metrics.CutUnreported,
 			server: func() []byte { b := spdyBytes(t, replied...); return b[:len(b)-2] }(),
 		},
 		{name: "client went away", client: opened, server: spdyBytes(t, replied...), end: io.EOF, clientLeft: true},
@@ -134,7 +136,7 @@ func TestSPDYStatusWatch(t *testing.T) {
 			client: append(slices.Clone(opened), &spdy.RstStreamFrame{StreamId: errStream, Status: spdy.Cancel}),
 		},
 		{
-			name: "client reset another stream", end: io.EOF, server: spdyBytes(t, replied...), wantInject: true, wantResult: cutReported,
+			name: "client reset another stream", end: io.EOF, server: spdyBytes(t, replied...), wantInject: true, wantResult: metrics.CutReported,
 			client: append(slices.Clone(opened), &spdy.RstStreamFrame{StreamId: stdout, Status: spdy.Cancel}),
 		},
 		{name: "server not speaking SPDY/3", client: opened, server: make([]byte, 16), end: io.EOF},

@@ -49,16 +49,16 @@ func TestWebSocketStatusWatch(t *testing.T) {
 		wantInject bool
 		wantResult string
 	}{
-		{name: "cut before a status", server: stdout, wantInject: true, wantResult: cutReported},
-		{name: "cut after a long message", server: wsMessage(1, strings.Repeat("x", 300)), wantInject: true, wantResult: cutReported},
-		{name: "cut after a ping inside a fragmented message", wantInject: true, wantResult: cutReported,
+		{name: "cut before a status", server: stdout, wantInject: true, wantResult: metrics.CutReported},
+		{name: "cut after a long message", server: wsMessage(1, strings.Repeat("x", 300)), wantInject: true, wantResult: metrics.CutReported},
+		{name: "cut after a ping inside a fragmented message", wantInject: true, wantResult: metrics.CutReported,
 			server: slices.Concat(wsFrame(false, wsBinary, []byte{1, 'a'}), wsFrame(true, 0x9, nil), wsFrame(true, wsContinuation, []byte("b")))},
-		{name: "cut with nothing sent", server: nil, wantInject: true, wantResult: cutReported},
+		{name: "cut with nothing sent", server: nil, wantInject: true, wantResult: metrics.CutReported},
 		{name: "status came", server: slices.Concat(stdout, wsMessage(wsErrorChannel, status))},
 		{name: "status came in fragments", server: slices.Concat(wsFrame(false, wsBinary, []byte{wsErrorChannel}), wsFrame(true, wsContinuation, []byte(status)))},
 		{name: "server closed", server: slices.Concat(stdout, wsFrame(true, wsClose, []byte{0x03, 0xe8}))},
-		{name: "cut inside a frame", server: stdout[:len(stdout)-2], wantResult: cutUnreported},
-		{name: "cut inside a message", server: wsFrame(false, wsBinary, []byte{1, 'a'}), wantResult: cutUnreported},
+		{name: "cut inside a frame", server: stdout[:len(stdout)-2], wantResult: metrics.CutUnreported},
+		{name: "cut inside a message", server: wsFrame(false, wsBinary, []byte{1, 'a'}), wantResult: metrics.CutUnreported},
 		{name: "masked server frame", server: []byte{0x82, 0x81, 1, 2, 3, 4, 5}},
 		{name: "client went away", server: stdout, clientLeft: true},
 	}
