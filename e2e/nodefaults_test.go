@@ -91,10 +91,15 @@ func TestNodeFaults(t *testing.T) {
 		}
 	}
 
-	// crash kills a part of member1's node, checks how every stream ends
-	// and that member2 keeps serving execs, and starts the part again.
-	crash := func(t *testing.T, what string, kill func(), start func(context.Context) error, streams map[string]streamEnd) {
+	// crash kills a part of member1's node, checks how every stream ends,
+	// that the gateway counted the cuts it reported (by route) and that
+	// member2 keeps serving execs, and starts the part again.
+	crash := func(t *testing.T, what string, kill func(), start func(context.Context) error, streams map[string]streamEnd, reported map[string]float64) {
 		t.Helper()
+		before := map[string]float64{}
+		for route := range reported {
+			before[route] = reportedCuts(t, route)
+		}
 		kill()
 		restarted := false
 		defer func() {
@@ -111,6 +116,11 @@ func TestNodeFaults(t *testing.T) {
 				}
 			case <-time.After(90 * time.Second):
 				t.Errorf("%s still runs 90s after %s was killed", name, what)
+			}
+		}
+		for route, want := range reported {
+			if got := reportedCuts(t, route) - before[route]; got != want {
+				t.Errorf("karmada_gateway_stream_cuts_total{route=%q,result=\"reported\"} rose by %v, want %v", route, got, want)
 			}
 		}
 		expectExec(t, what+" down", env.UserExecOnly, other)
@@ -156,7 +166,7 @@ func TestNodeFaults(t *testing.T) {
 				"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "member1"`)},
 				"the WebSocket exec through the gateway": {wsDone, errorNaming(`member cluster "member1"`)},
 				"logs -f through the gateway":            {logsDone, anError},
-			})
+			}, map[string]float64{"exec": 2, "log": 1})
 	})
 
 	// The kubelet translates a WebSocket exec to SPDY towards containerd's
@@ -177,7 +187,7 @@ func TestNodeFaults(t *testing.T) {
 			map[string]streamEnd{
 				"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "member1"`)},
 				"the WebSocket exec through the gateway": {wsDone, noError},
-			})
+			}, map[string]float64{"exec": 1})
 	})
 
 	t.Run("container exits while attached: exit code in the pod status", func(t *testing.T) {
@@ -235,6 +245,12 @@ func TestNodeFaults(t *testing.T) {
 			t.Logf("attach ended cleanly; the exit code came from the pod status")
 		}
 	})
+}
+
+// reportedCuts is the gateway's count of cuts it reported on route.
+func reportedCuts(t *testing.T, route string) float64 {
+	t.Helper()
+	return gatewayCounter(t, "karmada_gateway_stream_cuts_total", `route="`+route+`"`, `result="reported"`)
 }
 
 // streamEnd is a stream's end and what it must be: check returns what is
