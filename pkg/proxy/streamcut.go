@@ -391,14 +391,20 @@ func (h *frameHeader) parse() {
 // errorStreamFrame is a SPDY DATA frame with FIN on stream carrying status
 // as the kubelet writes it on a v4 error stream.
 func errorStreamFrame(stream uint32, status metav1.Status) []byte {
-	body, err := json.Marshal(status)
-	if err != nil { // a Status always marshals
-		panic(err)
-	}
+	body := statusJSON(status)
 	frame := make([]byte, frameHeaderLen, frameHeaderLen+len(body))
 	binary.BigEndian.PutUint32(frame[0:4], stream&0x7fffffff)
 	binary.BigEndian.PutUint32(frame[4:8], uint32(spdy.DataFlagFin)<<24|uint32(len(body)))
 	return append(frame, body...)
+}
+
+// statusJSON is status as the kubelet writes it on an error channel.
+func statusJSON(status metav1.Status) []byte {
+	body, err := json.Marshal(status)
+	if err != nil { // a Status always marshals
+		panic(err)
+	}
+	return body
 }
 
 // cutStatus is the Status a client gets for a stream upstream cut.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -145,23 +144,28 @@ func (f *wsFollower) cut() ([]byte, bool) {
 // status, then a close frame with status 1000 (normal closure), so the
 // client reads the status rather than an abnormal closure.
 func webSocketCutFrames(status metav1.Status) []byte {
-	body, err := json.Marshal(status)
-	if err != nil { // a Status always marshals
-		panic(err)
-	}
-	n := 1 + len(body)
-	frame := []byte{0x80 | wsBinary}
-	switch {
-	case n < 126:
-		frame = append(frame, byte(n))
-	case n <= 0xffff:
-		frame = binary.BigEndian.AppendUint16(append(frame, 126), uint16(n))
-	default:
-		frame = binary.BigEndian.AppendUint64(append(frame, 127), uint64(n))
-	}
+	body := statusJSON(status)
+	frame := appendWebSocketHeader(nil, true, wsBinary, 1+len(body))
 	frame = append(frame, wsErrorChannel)
 	frame = append(frame, body...)
 	return append(frame, 0x80|wsClose, 2, 0x03, 0xe8)
+}
+
+// appendWebSocketHeader appends the header of an unmasked frame with n
+// bytes of payload.
+func appendWebSocketHeader(b []byte, fin bool, opcode byte, n int) []byte {
+	if fin {
+		opcode |= 0x80
+	}
+	b = append(b, opcode)
+	switch {
+	case n < 126:
+		return append(b, byte(n))
+	case n <= 0xffff:
+		return binary.BigEndian.AppendUint16(append(b, 126), uint16(n))
+	default:
+		return binary.BigEndian.AppendUint64(append(b, 127), uint64(n))
+	}
 }
 
 // watchesWebSocketExitStatus reports whether res switches an exec or

@@ -18,20 +18,7 @@ import (
 
 // wsFrame is a server's (unmasked) WebSocket frame.
 func wsFrame(fin bool, opcode byte, payload []byte) []byte {
-	b0 := opcode
-	if fin {
-		b0 |= 0x80
-	}
-	f := []byte{b0}
-	switch n := len(payload); {
-	case n < 126:
-		f = append(f, byte(n))
-	case n <= 0xffff:
-		f = binary.BigEndian.AppendUint16(append(f, 126), uint16(n))
-	default:
-		f = binary.BigEndian.AppendUint64(append(f, 127), uint64(n))
-	}
-	return append(f, payload...)
+	return append(appendWebSocketHeader(nil, fin, opcode, len(payload)), payload...)
 }
 
 // wsMessage is a whole binary message on channel.
