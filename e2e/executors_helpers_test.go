@@ -329,6 +329,13 @@ func workingDir(pod *corev1.Pod, container string) string {
 // the gateway's metrics port (0 when the series does not exist yet).
 func gatewayRequests(t *testing.T, route, code string) float64 {
 	t.Helper()
+	return gatewayCounter(t, "karmada_gateway_requests_total", `route="`+route+`"`, `code="`+code+`"`)
+}
+
+// gatewayCounter sums the gateway's series of name whose labels include
+// every one of labels (`key="value"`), 0 when there is none yet.
+func gatewayCounter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(testEnv.CAPEM()) {
 		t.Fatal("environment CA is not PEM")
@@ -349,11 +356,16 @@ func gatewayRequests(t *testing.T, route, code string) float64 {
 	var total float64
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+lines:
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "karmada_gateway_requests_total{") ||
-			!strings.Contains(line, `route="`+route+`"`) || !strings.Contains(line, `code="`+code+`"`) {
+		if !strings.HasPrefix(line, name+"{") {
 			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue lines
+			}
 		}
 		fields := strings.Fields(line)
 		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)

@@ -42,7 +42,8 @@ const scrapeInterval = time.Second
 // places (503), a client CA bundle replaced by garbage and then restored;
 // in passthrough mode exec and an events list whose member part the caller
 // may not read — then evaluates every dashboard query through Prometheus'
-// HTTP API as Grafana would send it. An invalid query, or one without a
+// HTTP API as Grafana would send it. Stream cuts need a node to die: their
+// series are exported at 0 and only read here (TestNodeFaults moves them). An invalid query, or one without a
 // single value over the test's range, fails naming its panel. The rules
 // must evaluate without error and the certificate reload alert must fire
 // for the garbage bundle.

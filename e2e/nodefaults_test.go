@@ -21,21 +21,23 @@ import (
 const tickerScript = `i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done`
 
 // TestNodeFaults breaks a member's real node under running streams: the
-// kubelet killed during an exec and a `logs -f`, then containerd killed
-// during an exec, and a container exiting while attached. The streams end
-// promptly instead of hanging, the other member keeps serving execs, the
-// node comes back, and the attached container's exit code is in its pod's
-// status. Not parallel: it takes member1's node down.
+// kubelet killed during execs (SPDY and WebSocket) and a `logs -f`, then
+// containerd killed during execs, and a container exiting while attached.
+// The streams the node's death cut end with an error, not like a complete
+// one (but for one upstream gap, below); the other member keeps serving
+// execs, the node comes back, and the attached container's exit code is in
+// its pod's status. Not parallel: it takes member1's node down.
 //
-// Known gap, what the real components do: a stream cut by the node's
-// death ends for the client exactly like a complete one. kube-apiserver
-// ends a proxied log body it could not finish with a clean last chunk, and
+// What the real components do, and what the gateway adds: kube-apiserver
 // closes an exec tunnel whose kubelet died without a status on the error
-// channel, which client-go reads as success; Karmada's cluster proxy and the
-// gateway relay both as they are. The gateway does not yet turn such an end
-// into an error (it would have to watch the error channel of the SPDY or
-// WebSocket stream), so the subtests below assert that the streams end and
-// log how, and name the gap.
+// channel, which client-go's SPDY executor reads as success; the gateway
+// follows the SPDY frames and sends a Failure naming the member on the
+// error channel (v4.channel.k8s.io). The WebSocket executor would see the
+// tunnel close without a close frame and fail anonymously; the gateway
+// sends the same Failure on channel 3 and a normal close. kube-apiserver ends a
+// proxied log body it could not finish with a clean last chunk; the gateway
+// reads the member's pod, finds the followed container still running, and
+// aborts the response, so the client reads an unexpected EOF.
 func TestNodeFaults(t *testing.T) {
 	dumpLogsOnFailure(t)
 	const ticker, other = "fault-ticker", "fault-other"
@@ -47,13 +49,21 @@ func TestNodeFaults(t *testing.T) {
 	}
 	gw := gatewayClient(t, env.UserExecOnly)
 
-	// startExec runs a long exec in the ticker pod through the gateway and
-	// returns once it printed, with the channel its end arrives on.
-	startExec := func(t *testing.T, ctx context.Context) <-chan error {
+	// startExec runs a long exec in the ticker pod through the gateway
+	// over transport (spdy or websocket) and returns once it printed, with
+	// the channel its end arrives on.
+	startExec := func(t *testing.T, ctx context.Context, transport string) <-chan error {
 		t.Helper()
-		exe, err := remotecommand.NewSPDYExecutor(cfg, "POST", execURL(t, ticker, &corev1.PodExecOptions{
+		u := execURL(t, ticker, &corev1.PodExecOptions{
 			Container: "main", Command: []string{"sh", "-c", "echo started; exec sleep 600"}, Stdout: true, Stderr: true,
-		}))
+		})
+		var exe remotecommand.Executor
+		var err error
+		if transport == "websocket" {
+			exe, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
+		} else {
+			exe, err = remotecommand.NewSPDYExecutor(cfg, "POST", u)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,23 +71,9 @@ func TestNodeFaults(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}) }()
 		if err := waitString(ctx, &out, "started\n", 30*time.Second); err != nil {
-			t.Fatalf("exec did not start: %v", err)
+			t.Fatalf("%s exec did not start: %v", transport, err)
 		}
 		return done
-	}
-	// expectStreamEnd waits for the end of a stream cut by a fault.
-	expectStreamEnd := func(t *testing.T, what string, done <-chan error) {
-		t.Helper()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Logf("%s ended without an error, as if it had completed (the known gap)", what)
-			} else {
-				t.Logf("%s ended with: %v", what, err)
-			}
-		case <-time.After(90 * time.Second):
-			t.Errorf("%s still runs 90s after the fault", what)
-		}
 	}
 	restart := func(t *testing.T, what string, start func(context.Context) error) {
 		t.Helper()
@@ -95,10 +91,15 @@ func TestNodeFaults(t *testing.T) {
 		}
 	}
 
-	// crash kills a part of member1's node, checks that every stream ends
-	// and that member2 keeps serving execs, and starts the part again.
-	crash := func(t *testing.T, what string, kill func(), start func(context.Context) error, streams map[string]<-chan error) {
+	// crash kills a part of member1's node, checks how every stream ends,
+	// that the gateway counted the cuts it reported (by route) and that
+	// member2 keeps serving execs, and starts the part again.
+	crash := func(t *testing.T, what string, kill func(), start func(context.Context) error, streams map[string]streamEnd, reported map[string]float64) {
 		t.Helper()
+		before := map[string]float64{}
+		for route := range reported {
+			before[route] = reportedCuts(t, route)
+		}
 		kill()
 		restarted := false
 		defer func() {
@@ -106,18 +107,32 @@ func TestNodeFaults(t *testing.T) {
 				restart(t, what, start)
 			}
 		}()
-		for stream, done := range streams {
-			expectStreamEnd(t, stream, done)
+		for name, s := range streams {
+			select {
+			case err := <-s.done:
+				t.Logf("%s ended with: %v", name, err)
+				if msg := s.check(err); msg != "" {
+					t.Errorf("%s after %s was killed: %s", name, what, msg)
+				}
+			case <-time.After(90 * time.Second):
+				t.Errorf("%s still runs 90s after %s was killed", name, what)
+			}
+		}
+		for route, want := range reported {
+			if got := reportedCuts(t, route) - before[route]; got != want {
+				t.Errorf("karmada_gateway_stream_cuts_total{route=%q,result=\"reported\"} rose by %v, want %v", route, got, want)
+			}
 		}
 		expectExec(t, what+" down", env.UserExecOnly, other)
 		restart(t, what, start)
 		restarted = true
 	}
 
-	t.Run("kubelet killed: exec and logs -f end, unreported (known gap)", func(t *testing.T) {
+	t.Run("kubelet killed: execs and logs -f end with an error", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
-		execDone := startExec(t, ctx)
+		spdyDone := startExec(t, ctx, "spdy")
+		wsDone := startExec(t, ctx, "websocket")
 
 		rc, err := gw.CoreV1().Pods(env.Namespace).GetLogs(ticker, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
 		if err != nil {
@@ -147,16 +162,32 @@ func TestNodeFaults(t *testing.T) {
 
 		crash(t, "member1's kubelet", func() { testEnv.KillKubelet("member1") },
 			func(ctx context.Context) error { return testEnv.StartKubelet(ctx, "member1") },
-			map[string]<-chan error{"the exec through the gateway": execDone, "logs -f through the gateway": logsDone})
+			map[string]streamEnd{
+				"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "member1"`)},
+				"the WebSocket exec through the gateway": {wsDone, errorNaming(`member cluster "member1"`)},
+				"logs -f through the gateway":            {logsDone, anError},
+			}, map[string]float64{"exec": 2, "log": 1})
 	})
 
-	t.Run("containerd killed: exec ends, unreported (known gap)", func(t *testing.T) {
+	// The kubelet translates a WebSocket exec to SPDY towards containerd's
+	// streaming server; when containerd dies, that SPDY executor reads the
+	// empty error stream as success and the kubelet writes Success on the
+	// WebSocket's error channel. The gateway relays a real Status and
+	// cannot tell it from a true one; the SPDY exec, which the kubelet
+	// relays without translating, gets the gateway's Failure. Should the
+	// WebSocket exec ever error here, the gap closed upstream: update this
+	// test and the README.
+	t.Run("containerd killed: SPDY exec errors, WebSocket exec reads as success (kubelet translator gap)", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
-		execDone := startExec(t, ctx)
+		spdyDone := startExec(t, ctx, "spdy")
+		wsDone := startExec(t, ctx, "websocket")
 		crash(t, "member1's containerd", func() { testEnv.KillContainerd("member1") },
 			func(ctx context.Context) error { return testEnv.StartContainerd(ctx, "member1") },
-			map[string]<-chan error{"the exec through the gateway": execDone})
+			map[string]streamEnd{
+				"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "member1"`)},
+				"the WebSocket exec through the gateway": {wsDone, noError},
+			}, map[string]float64{"exec": 1})
 	})
 
 	t.Run("container exits while attached: exit code in the pod status", func(t *testing.T) {
@@ -214,4 +245,41 @@ func TestNodeFaults(t *testing.T) {
 			t.Logf("attach ended cleanly; the exit code came from the pod status")
 		}
 	})
+}
+
+// reportedCuts is the gateway's count of cuts it reported on route.
+func reportedCuts(t *testing.T, route string) float64 {
+	t.Helper()
+	return gatewayCounter(t, "karmada_gateway_stream_cuts_total", `route="`+route+`"`, `result="reported"`)
+}
+
+// streamEnd is a stream's end and what it must be: check returns what is
+// wrong with the error the stream ended with, or "".
+type streamEnd struct {
+	done  <-chan error
+	check func(error) string
+}
+
+func anError(err error) string {
+	if err == nil {
+		return "ended without an error, as if it had completed"
+	}
+	return ""
+}
+
+// noError is what a stream the upstream reports as complete ends with.
+func noError(err error) string {
+	if err != nil {
+		return fmt.Sprintf("ended with %v, want the Success the upstream translator writes", err)
+	}
+	return ""
+}
+
+func errorNaming(want string) func(error) string {
+	return func(err error) string {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			return fmt.Sprintf("ended with %v, want an error naming %s", err, want)
+		}
+		return ""
+	}
 }

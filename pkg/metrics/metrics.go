@@ -35,6 +35,13 @@ const (
 	SourceNone    = "none"
 )
 
+// Stream cut results label StreamCutsTotal: the client got an error, or
+// the gateway found a cut it could not tell.
+const (
+	CutReported   = "reported"
+	CutUnreported = "unreported"
+)
+
 // Limit scopes label stream limit rejections.
 const (
 	LimitScopeTotal  = "total"
@@ -68,6 +75,14 @@ type Metrics struct {
 	// StreamLimitRejectionsTotal counts streams refused with 429 by the limit
 	// that was hit: scope "total" (the whole gateway) or "client" (one identity).
 	StreamLimitRejectionsTotal *prometheus.CounterVec
+	// StreamCutsTotal counts streams a member cut without the end their
+	// protocol promises (an exec or attach without its exit status, a log
+	// follow while the container still runs: the node's kubelet or
+	// container runtime died), by route and result: "reported" when the
+	// client got an error, "unreported" when the gateway could not tell it
+	// (the upstream ended inside a frame or message; a log follow's pod could not
+	// be read to tell a cut from an end).
+	StreamCutsTotal *prometheus.CounterVec
 	// MemberEventsUnavailableTotal counts merged events requests that could
 	// not read a member's events, by cluster: the client got karmada's events
 	// and a warning, which only an alert on this makes an operator see.
@@ -137,6 +152,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "stream_limit_rejections_total",
 			Help: "Upgraded or streaming requests refused with 429 because a concurrency limit was reached, by scope (total, client).",
 		}, []string{"scope"}),
+		StreamCutsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_cuts_total",
+			Help: "Streams a member cut without the end their protocol promises (exec or attach without an exit status, log follow of a running container), by route and result (reported: the client got an error; unreported: the gateway could not tell it).",
+		}, []string{"route", "result"}),
 		MemberEventsUnavailableTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "member_events_unavailable_total",
 			Help: "Reads of a member cluster's pod events for a merged events list or watch that failed (lists: per request; watches: per outage), by cluster.",
@@ -150,11 +169,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "NotAfter, in Unix seconds, of the certificate in use (for a CA bundle, of its first certificate to expire), by name (serving, client-ca).",
 		}, []string{"name"}),
 	}
+	// The routes a member can cut start at 0: a cut is rare, and a series
+	// that only appears with the first one hides it from increase() and
+	// leaves the dashboard's panel empty until then.
+	for _, route := range []string{RouteExec, RouteAttach, RouteLog} {
+		for _, result := range []string{CutReported, CutUnreported} {
+			m.StreamCutsTotal.WithLabelValues(route, result)
+		}
+	}
 	reg.MustRegister(
 		m.RequestsTotal, m.RequestDuration, m.ActiveStreams, m.StreamDuration,
 		m.ResolveTotal, m.ResolveAmbiguousTotal, m.LabelerPatchesTotal, m.LabelLatency,
 		m.LabelerLeader, m.CacheObjects, m.AuthDecisionsTotal, m.StreamLimitRejectionsTotal,
-		m.MemberEventsUnavailableTotal, m.CertificateReloadsTotal, m.CertificateExpiry,
+		m.StreamCutsTotal, m.MemberEventsUnavailableTotal, m.CertificateReloadsTotal, m.CertificateExpiry,
 	)
 	return m
 }

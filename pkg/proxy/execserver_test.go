@@ -131,8 +131,6 @@ func (s *execServer) serveSPDY(w *hijackRecorder, r *http.Request) {
 	s.run(protocol, w, streams["stdin"], streams["stdout"], streams["error"], streams["resize"])
 }
 
-const remotecommandV4 = "v4.channel.k8s.io"
-
 func (s *execServer) serveWebSocket(w *hijackRecorder, r *http.Request) {
 	channels := []wsstream.ChannelType{wsstream.ReadChannel, wsstream.WriteChannel, wsstream.WriteChannel, wsstream.WriteChannel, wsstream.ReadChannel}
 	cfg := wsstream.ChannelProtocolConfig{Binary: true, Channels: channels}

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
@@ -121,11 +120,8 @@ func isStreamRequest(r *http.Request) bool {
 	}
 	if r.URL.RawQuery != "" {
 		q, _ := url.ParseQuery(r.URL.RawQuery) // kube-apiserver also keeps the pairs that parse
-		for _, key := range []string{"watch", "follow"} {
-			var on bool // kube-apiserver's bool conversion: anything but 0 and false
-			if v, ok := q[key]; ok && runtime.Convert_Slice_string_To_bool(&v, &on, nil) == nil && on {
-				return true
-			}
+		if queryBool(q, "watch") || queryBool(q, "follow") {
+			return true
 		}
 	}
 	if !strings.Contains(r.URL.Path, "watch") && !strings.Contains(r.URL.Path, "proxy") {

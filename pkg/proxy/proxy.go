@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,6 +74,10 @@ type Options struct {
 	// is sent upstream. 0 is unlimited.
 	MaxStreams          int
 	MaxStreamsPerClient int
+	// LogEndWindow bounds how long a pods/log follow that upstream ended
+	// cleanly is held while the member's pod is read to tell the
+	// container's end from a cut (see watchLogFollow); 0 is 10s.
+	LogEndWindow time.Duration
 }
 
 // Proxy is the gateway's HTTP handler.
@@ -88,6 +93,8 @@ type Proxy struct {
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
 	events     EventsMerger
+	// logEndWindow is Options.LogEndWindow, defaulted.
+	logEndWindow time.Duration
 
 	// drainCtx parents every request's context; cancelling it cuts them all.
 	drainCtx    context.Context
@@ -126,16 +133,20 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
 	}
+	if opts.LogEndWindow <= 0 {
+		opts.LogEndWindow = defaultLogEndWindow
+	}
 	p := &Proxy{
-		upstream:   up,
-		resolver:   opts.Resolver,
-		services:   opts.ServiceResolver,
-		authMode:   opts.AuthMode,
-		authorizer: opts.Authorizer,
-		metrics:    opts.Metrics,
-		series:     metrics.NewRequestSeries(opts.Metrics),
-		limiter:    newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
-		idle:       make(chan struct{}),
+		upstream:     up,
+		resolver:     opts.Resolver,
+		services:     opts.ServiceResolver,
+		authMode:     opts.AuthMode,
+		authorizer:   opts.Authorizer,
+		metrics:      opts.Metrics,
+		series:       metrics.NewRequestSeries(opts.Metrics),
+		limiter:      newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
+		logEndWindow: opts.LogEndWindow,
+		idle:         make(chan struct{}),
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
@@ -148,7 +159,7 @@ func New(opts Options) (*Proxy, error) {
 		// each (HTTP/2 sent HEADERS, DATA and END_STREAM apart).
 		FlushInterval:  0,
 		BufferPool:     copyBuffers{},
-		ModifyResponse: modifyResponse,
+		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.handleError,
 		ErrorLog:       log.New(klogWriter{}, "", 0),
 	}
@@ -179,7 +190,11 @@ type requestState struct {
 	// clientGone marks a request whose client left before any response.
 	clientGone bool
 
-	upstreamName    string // for error messages and logs
+	upstreamName string // for error messages and logs
+	// cluster is the member a rewritten request goes to; pod, for pod
+	// subresources, the pod. Streams name them when a member cuts them.
+	cluster         string
+	pod             PodRequest
 	path, rawPath   string // outbound path below the upstream base path
 	gatewayIdentity bool
 	editHeader      func(http.Header)
@@ -245,6 +260,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state.route = pr.Subresource
+	state.pod = pr
 	logger := klog.FromContext(ctx).WithValues("namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
 
 	// Authorize (or, in passthrough mode, have karmada-apiserver judge the
@@ -312,6 +328,7 @@ func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logg
 	}
 	base := karmada.ClusterProxyPath(cluster, prefix)
 	state.upstreamName = fmt.Sprintf("the cluster proxy for cluster %q", cluster)
+	state.cluster = cluster
 	state.path = base + restPath
 	state.rawPath = ""
 	if rest != restPath {
@@ -476,17 +493,24 @@ var errUpgradeMismatch = errors.New("upstream switched to another protocol than 
 
 // modifyResponse refuses a 101 of another Upgrade type than requested, and
 // closes the client connection after a refused upgrade so that nothing the
-// client sends next can be taken for tunnelled bytes.
-func modifyResponse(res *http.Response) error {
+// client sends next can be taken for tunnelled bytes. It has the streams
+// whose cut a member can make look like their end watched: SPDY exec and
+// attach for their exit status (statusWatch), log follows for their
+// container's end (followedLog).
+func (p *Proxy) modifyResponse(res *http.Response) error {
 	requested := upgradeType(res.Request.Header)
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		if got := upgradeType(res.Header); requested == "" || !strings.EqualFold(requested, got) {
 			return fmt.Errorf("%w: requested %q, got %q", errUpgradeMismatch, requested, got)
 		}
+		p.watchExitStatus(res)
 		return nil
 	}
 	if requested != "" {
 		res.Header.Set("Connection", "close")
+	}
+	if res.StatusCode == http.StatusOK {
+		p.watchLogFollow(res)
 	}
 	return nil
 }

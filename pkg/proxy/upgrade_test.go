@@ -238,12 +238,13 @@ func TestExecUpstreamCutEndsStream(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("upstream did not cut")
 			}
-			// client-go's SPDY executor reports a vanished connection as a
-			// clean end (its error stream just reads EOF); the WebSocket
-			// executor sees the abnormal closure. Either way no exit status
-			// arrived, and the stream did not hang.
-			if kind == "websocket" && err == nil {
-				t.Fatal("websocket Stream returned nil after a cut")
+			// client-go's SPDY executor reads an error stream that ends
+			// empty as success, its WebSocket executor reports an
+			// anonymous abnormal closure: the gateway saw no exit status
+			// come and sent a Failure naming the member on the error
+			// channel.
+			if want := `member cluster "` + proxytest.Cluster + `"`; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s Stream ended with %v, want an error naming %s", kind, err, want)
 			}
 			t.Logf("%s Stream after cut: %v (stdout %q)", kind, err, stdout.String())
 		})

@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// Defaults of how a log follow's clean end is judged (Options.LogEndWindow):
+// a real end shows in the member's pod status within seconds (the kubelet
+// ends a follow only once it found the container not running, and reports
+// that state at its next sync), a cut never does. Only cuts wait the whole
+// window.
+const (
+	defaultLogEndWindow = 10 * time.Second
+	logEndPollInterval  = 500 * time.Millisecond
+)
+
+// maxPodBodyBytes bounds what the gateway reads of a member's pod.
+const maxPodBodyBytes = 4 << 20
+
+// errLogFollowCut ends a follow the member cut: ReverseProxy aborts the
+// response (HTTP/1.1: no last chunk, HTTP/2: RST_STREAM), so the client
+// reads an unexpected EOF instead of a clean end.
+var errLogFollowCut = errors.New("log follow cut by the member cluster while the container runs")
+
+// queryBool reads key as kube-apiserver's bool conversion does: present
+// with anything but 0 or false.
+func queryBool(q url.Values, key string) bool {
+	var on bool
+	v, ok := q[key]
+	return ok && runtime.Convert_Slice_string_To_bool(&v, &on, nil) == nil && on
+}
+
+// watchLogFollow has a rewritten pods/log follow judged when it ends.
+// kube-apiserver ends a proxied log body with a clean last chunk also when
+// the kubelet died, so a clean end from upstream is checked against the
+// member's pod: a follow of the current container (not previous=true) ends
+// for real only when that container does (or the pod goes); limitBytes
+// ends it early by design and is left alone.
+func (p *Proxy) watchLogFollow(res *http.Response) {
+	out := res.Request
+	state := stateFrom(out.Context())
+	if state == nil || state.route != metrics.RouteLog || state.cluster == "" || out.Method != http.MethodGet {
+		return
+	}
+	q := out.URL.Query()
+	if !queryBool(q, "follow") || queryBool(q, "previous") || q.Has("limitBytes") {
+		return
+	}
+	since := time.Now()
+	res.Body = &followedLog{ReadCloser: res.Body, check: func() error {
+		return p.judgeLogEnd(out, state, q.Get("container"), since)
+	}}
+}
+
+// followedLog runs check when upstream ended the body cleanly; the error
+// it returns replaces the clean end.
+type followedLog struct {
+	io.ReadCloser
+	check func() error
+}
+
+func (b *followedLog) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && b.check != nil {
+		check := b.check
+		b.check = nil
+		if cut := check(); cut != nil {
+			return n, cut
+		}
+	}
+	return n, err
+}
+
+// logEnd is what the member's pod says of a followed container.
+type logEnd int
+
+const (
+	logEndRunning    logEnd = iota // the followed instance still runs: a cut
+	logEndReal                     // it ended, restarted, or the pod is gone
+	logEndUnverified               // the pod cannot be read or does not name it
+)
+
+// judgeLogEnd returns errLogFollowCut when the member's pod shows the
+// followed container still running for the whole window after upstream
+// ended its log follow, or cannot be read at all (the member is not
+// answering). A pod the caller may not read, or that does not name the
+// container, leaves the end as upstream gave it.
+func (p *Proxy) judgeLogEnd(out *http.Request, state *requestState, container string, since time.Time) error {
+	parent := out.Context()
+	logger := klog.FromContext(parent).WithValues("route", state.route, "cluster", state.cluster,
+		"namespace", state.pod.Namespace, "pod", state.pod.Name, "container", container)
+	ctx, cancel := context.WithTimeout(parent, p.logEndWindow)
+	defer cancel()
+	verdict, lastErr := logEndRunning, error(nil)
+	ticker := time.NewTicker(logEndPollInterval)
+	defer ticker.Stop()
+poll:
+	for {
+		verdict, lastErr = p.readLogEnd(ctx, out, state, container, since)
+		if verdict != logEndRunning {
+			break
+		}
+		select {
+		case <-ticker.C:
+		case <-ctx.Done():
+			break poll
+		}
+	}
+	switch {
+	case parent.Err() != nil:
+		return nil // the client left: nobody to tell
+	case verdict == logEndReal:
+		return nil
+	case verdict == logEndUnverified:
+		p.metrics.StreamCutsTotal.WithLabelValues(state.route, metrics.CutUnreported).Inc()
+		logger.Info("Log follow ended; could not tell a cut from the container's end", "err", lastErr)
+		return nil
+	}
+	p.metrics.StreamCutsTotal.WithLabelValues(state.route, metrics.CutReported).Inc()
+	logger.Info("Log follow ended while its container runs; aborting the response", "window", p.logEndWindow, "lastErr", lastErr)
+	return errLogFollowCut
+}
+
+// readLogEnd reads the member's pod once, with the identity the log
+// request went with. An error is logEndRunning: a member that does not
+// answer is no evidence of an end.
+func (p *Proxy) readLogEnd(ctx context.Context, out *http.Request, state *requestState, container string, since time.Time) (logEnd, error) {
+	path := karmada.ClusterProxyPath(state.cluster, "/api/v1/namespaces/"+state.pod.Namespace+"/pods/"+state.pod.Name) + "?resourceVersion=0"
+	res, err := p.getAccepting(ctx, out, upstreamIdentity{gateway: state.gatewayIdentity}, path, "application/json")
+	if err != nil {
+		return logEndRunning, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxPodBodyBytes))
+	switch {
+	case err != nil:
+		return logEndRunning, err
+	case res.StatusCode == http.StatusNotFound:
+		return logEndReal, nil
+	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
+		return logEndUnverified, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
+	case res.StatusCode != http.StatusOK:
+		return logEndRunning, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(body, &pod); err != nil {
+		return logEndRunning, fmt.Errorf("reading the pod: %w", err)
+	}
+	return containerEnd(&pod, container, since), nil
+}
+
+// containerEnd is what pod says of container's instance that was running
+// at since (clocks of the member's node and the gateway are compared:
+// restarts are told apart by time only when no other state shows them).
+func containerEnd(pod *corev1.Pod, container string, since time.Time) logEnd {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return logEndReal
+	}
+	if container == "" {
+		if len(pod.Spec.Containers) != 1 {
+			return logEndUnverified
+		}
+		container = pod.Spec.Containers[0].Name // as kube-apiserver defaults it
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.Name != container {
+				continue
+			}
+			running := cs.State.Running
+			switch {
+			case running == nil: // terminated, or waiting to restart
+				return logEndReal
+			case running.StartedAt.After(since): // a later instance
+				return logEndReal
+			case cs.LastTerminationState.Terminated != nil && !cs.LastTerminationState.Terminated.FinishedAt.Time.Before(since.Truncate(time.Second)):
+				return logEndReal // the followed instance ended, a new one runs
+			}
+			return logEndRunning
+		}
+	}
+	return logEndUnverified
+}
