@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
-TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum hack/tools/version.mk
+TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum hack/tools/version.mk hack/go-build-cached.sh
 include hack/tools/version.mk
 # helm reports the Kubernetes version it renders for from link-time variables;
 # without them it renders as 1.20 and the chart's kubeVersion check fails.
@@ -40,22 +40,22 @@ image: ca-certificates
 tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/helm karmada etcd node-runtime shellcheck prometheus
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-apiserver $@
 
 $(BIN)/kube-controller-manager: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-controller-manager $@
 
 $(BIN)/kube-scheduler: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-scheduler $@
 
 $(BIN)/kubelet: $(TOOLS_DEPS)
-	cd hack/tools && $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
+	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kubelet $@
 
 $(BIN)/kubectl: $(TOOLS_DEPS)
-	cd hack/tools && CGO_ENABLED=0 $(GO) build -ldflags="$(KUBE_LDFLAGS)" -o $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl
+	CGO_ENABLED=0 LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kubectl $@
 
-$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
-	cd hack/helm && $(GO) build -ldflags="$(HELM_LDFLAGS)" -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
+$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum hack/go-build-cached.sh
+	LDFLAGS="$(HELM_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/helm helm.sh/helm/v3/cmd/helm $@
 
 ## karmada: karmada-aggregated-apiserver, -controller-manager, -scheduler and
 ## -webhook built from Karmada's source at KARMADA_COMMIT into bin/karmada/,

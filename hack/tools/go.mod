@@ -1,5 +1,6 @@
-// Test-only tools (kube-apiserver, kubectl) live in their own module so the
-// product's go.mod stays lean. `make tools` builds them into ../../bin.
+// Test-only tools (the Kubernetes binaries the e2e environment runs) live in
+// their own module (its tool directives) so the product's go.mod stays lean.
+// `make tools` builds them into ../../bin (hack/go-build-cached.sh).
 module github.com/karmada-exec-gateway/karmada-exec-gateway/hack/tools
 
 go 1.26.8
@@ -42,7 +43,7 @@ replace (
 	k8s.io/streaming => k8s.io/streaming v0.37.2
 )
 
-require k8s.io/kubernetes v1.37.2
+require k8s.io/kubernetes v1.37.2 // indirect
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -217,4 +218,12 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+)
+
+tool (
+	k8s.io/kubernetes/cmd/kube-apiserver
+	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-scheduler
+	k8s.io/kubernetes/cmd/kubectl
+	k8s.io/kubernetes/cmd/kubelet
 )
