@@ -133,7 +133,7 @@ fuzz:
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzFrameScanner -fuzztime 15s
 
 ## soak: mixed passthrough traffic and concurrent checksummed streams through
-## the proxy on loopback; SOAK=2m is what CI runs.
+## the proxy on loopback; SOAK=1m is what CI runs.
 SOAK ?= 30m
 soak:
 	$(GO) test ./pkg/proxy -count=1 -run TestSoak -soak $(SOAK) -timeout 60m -v

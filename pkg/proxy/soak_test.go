@@ -24,7 +24,7 @@ import (
 )
 
 // soakDuration is how long TestSoak drives load: short by default so it
-// runs with every `go test`; e.g. -soak=2m in CI, -soak=30m for a real soak.
+// runs with every `go test`; e.g. -soak=1m in CI, -soak=30m for a real soak.
 var soakDuration = flag.Duration("soak", 2*time.Second, "how long TestSoak drives load through the gateway")
 
 // soakUpstream switches upgrades and echoes, streams watch events until the
