@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
+	streamprotocol "k8s.io/apimachinery/pkg/util/remotecommand"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
@@ -91,7 +92,7 @@ func (s *execServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *execServer) serveSPDY(w *hijackRecorder, r *http.Request) {
-	protocol, err := httpstream.Handshake(r, w, []string{remotecommandV4})
+	protocol, err := httpstream.Handshake(r, w, []string{streamprotocol.StreamProtocolV4Name})
 	if err != nil {
 		return
 	}

@@ -12,16 +12,11 @@ import (
 
 	"github.com/moby/spdystream/spdy"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/remotecommand"
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
-
-// remotecommandV4 is the stream protocol whose server always writes a
-// Status on the error stream when a command ends, Success included
-// (cri-streaming's v4WriteStatusFunc). v1 to v3 signal success by an empty
-// error stream, so a cut looks like success there by design.
-const remotecommandV4 = "v4.channel.k8s.io"
 
 // maxClientControlFrame bounds a client control frame the watch buffers to
 // read its headers; remotecommand's are well under 1 KiB. A longer one ends
@@ -420,10 +415,14 @@ func cutStatus(where string) metav1.Status {
 }
 
 // watchesSPDYExitStatus reports whether res switches to SPDY with the v4
-// remotecommand protocol, the one whose cuts spdyFollower can tell.
+// remotecommand protocol, the one whose cuts spdyFollower can tell: its
+// server always writes a Status on the error stream when a command ends,
+// Success included (cri-streaming's v4WriteStatusFunc). v1 to v3 signal
+// success by an empty error stream, so a cut looks like success there by
+// design.
 func watchesSPDYExitStatus(res *http.Response) bool {
 	return strings.EqualFold(upgradeType(res.Header), "SPDY/3.1") &&
-		strings.TrimSpace(res.Header.Get("X-Stream-Protocol-Version")) == remotecommandV4
+		strings.TrimSpace(res.Header.Get("X-Stream-Protocol-Version")) == remotecommand.StreamProtocolV4Name
 }
 
 // watchExitStatus has the upgraded exec or attach stream of res watched

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
@@ -177,7 +178,7 @@ func watchesWebSocketExitStatus(res *http.Response, route string) bool {
 		return false
 	}
 	switch strings.TrimSpace(res.Header.Get("Sec-WebSocket-Protocol")) {
-	case "v4.channel.k8s.io", "v5.channel.k8s.io":
+	case remotecommand.StreamProtocolV4Name, remotecommand.StreamProtocolV5Name:
 		return true
 	}
 	return false

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	streamprotocol "k8s.io/apimachinery/pkg/util/remotecommand"
 	// kubectl 1.37 decides fallback with this package: client-go 0.37
 	// returns its UpgradeFailureError, not apimachinery's.
 	"k8s.io/client-go/rest"
@@ -131,7 +132,7 @@ func TestExecEchoesThroughGateway(t *testing.T) {
 			case proto := <-env.server.stdinEOF:
 				wantProto := "v5.channel.k8s.io"
 				if kind == "spdy" {
-					wantProto = remotecommandV4
+					wantProto = streamprotocol.StreamProtocolV4Name
 				}
 				if proto != wantProto {
 					t.Errorf("negotiated %q, want %q", proto, wantProto)
