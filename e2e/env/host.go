@@ -2,7 +2,6 @@ package env
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -148,7 +147,7 @@ func readChartImages(chartDir string) (chartImages, error) {
 }
 
 // buildHostImages builds the gateway image from the checkout and a kubectl
-// image from a static kubectl, tagged as the chart's defaults name them, so
+// image from bin/kubectl, tagged as the chart's defaults name them, so
 // a release installed with default values runs them without a pull
 // (imagePullPolicy IfNotPresent finds them in the host's containerd).
 func (e *Env) buildHostImages(ctx context.Context) (string, error) {
@@ -161,31 +160,23 @@ func (e *Env) buildHostImages(ctx context.Context) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	var (
-		wg                  sync.WaitGroup
-		kubectl             string
-		kubectlErr, gwErr   error
-		gatewayBin          = filepath.Join(dir, "gateway")
-		gatewayImg, kctlImg v1.Image
-	)
-	wg.Go(func() {
-		if kubectl = filepath.Join(e.opts.BinDir, "kubectl"); !images.IsStatic(kubectl) {
-			kubectl, kubectlErr = images.EnsureStaticKubectl(ctx, filepath.Join(root, "hack", "tools"), e.opts.ImageCacheDir, "")
-		}
-	})
-	gwErr = images.BuildGatewayBinary(ctx, root, "", gatewayBin)
-	wg.Wait()
-	if err := errors.Join(gwErr, kubectlErr); err != nil {
+	// make tools builds bin/kubectl static (hack/tools/version.mk), as the
+	// image needs: it has no dynamic loader.
+	kubectl := filepath.Join(e.opts.BinDir, "kubectl")
+	kctlImg, err := images.Kubectl(kubectl)
+	if err != nil {
+		return "", fmt.Errorf("kubectl image from %s (make tools builds it static): %w", kubectl, err)
+	}
+	gatewayBin := filepath.Join(dir, "gateway")
+	if err := images.BuildGatewayBinary(ctx, root, "", gatewayBin); err != nil {
 		return "", err
 	}
 	opts := images.GatewayOptions{Binary: gatewayBin, Version: "e2e"}
 	if rev, created, err := images.Commit(ctx, root); err == nil {
 		opts.Revision, opts.Created = rev, created
 	}
-	if gatewayImg, err = images.Gateway(opts); err != nil {
-		return "", err
-	}
-	if kctlImg, err = images.Kubectl(kubectl); err != nil {
+	gatewayImg, err := images.Gateway(opts)
+	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "images.tar")

@@ -1,14 +1,9 @@
 package images
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -19,48 +14,6 @@ import (
 // KubectlBinary is where the kubectl image has kubectl, as
 // registry.k8s.io/kubectl has it: the chart's hook Job runs /bin/kubectl.
 const KubectlBinary = "/bin/kubectl"
-
-// EnsureStaticKubectl returns a kubectl built with CGO_ENABLED=0 from the
-// tools module at toolsDir (the same source as bin/kubectl, which `make
-// tools` links dynamically: an image has no dynamic loader). It is cached
-// in cacheDir by the digest of the tools module's go.sum and the Go version.
-func EnsureStaticKubectl(ctx context.Context, toolsDir, cacheDir, goCmd string) (string, error) {
-	if goCmd == "" {
-		goCmd = "go"
-	}
-	sum, err := os.ReadFile(filepath.Join(toolsDir, "go.sum"))
-	if err != nil {
-		return "", fmt.Errorf("kubectl image input: %w", err)
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "kubectl static %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	h.Write(sum)
-	out := filepath.Join(cacheDir, "kubectl-static-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(out); err == nil {
-		return out, nil
-	}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.MkdirTemp(cacheDir, "kubectl-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "kubectl")
-	env := []string{"CGO_ENABLED=0", "GOFLAGS=-trimpath -buildvcs=false"}
-	if err := run(ctx, toolsDir, env, goCmd, "build", "-ldflags=-s -w", "-o", bin, "k8s.io/kubernetes/cmd/kubectl"); err != nil {
-		return "", fmt.Errorf("build a static kubectl: %w", err)
-	}
-	if err := os.Rename(bin, out); err != nil {
-		return "", err
-	}
-	return out, nil
-}
-
-// IsStatic reports whether the ELF binary at path needs no dynamic loader
-// (`make tools` builds bin/kubectl so; older builds linked it dynamically).
-func IsStatic(path string) bool { return static(path) == nil }
 
 // Kubectl is an image of a static kubectl at KubectlBinary, its entrypoint,
 // with a /tmp for $HOME and distroless' nonroot user: what the chart's hook
