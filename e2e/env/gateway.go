@@ -61,6 +61,9 @@ func (e *Env) buildGateway(ctx context.Context) error {
 		return errors.New("gateway: neither Binary nor SourceDir is set")
 	}
 	out := filepath.Join(e.workDir, "gateway")
+	if e.opts.Gateway.Race {
+		e.logf("building the gateway with -race (E2E_GATEWAY_RACE=1): a race it reports fails the run")
+	}
 	if err := buildGateway(ctx, e.opts.Gateway.SourceDir, out, e.opts.Gateway.Race); err != nil {
 		return err
 	}
