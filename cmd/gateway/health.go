@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"net/http"
 	"net/http/pprof"
@@ -78,11 +79,15 @@ type upstreamCheck struct {
 	ttl, timeout time.Duration
 	now          func() time.Time
 
-	// mu is held through a probe: concurrent readiness requests wait for
-	// its answer instead of each asking karmada-apiserver.
+	// mu guards the fields below and is never held across a probe: a
+	// readiness request that finds a probe running waits for its answer
+	// (done) instead of asking karmada-apiserver again, and gives up with
+	// its own context, so a hung karmada-apiserver holds no prober longer
+	// than timeout, nor any /metrics or /healthz request at all.
 	mu      sync.Mutex
 	checked time.Time
 	err     error
+	running chan struct{} // closed when the running probe ends; nil if none
 }
 
 func newUpstreamCheck(client rest.Interface) *upstreamCheck {
@@ -99,15 +104,38 @@ func newUpstreamCheck(client rest.Interface) *upstreamCheck {
 
 func (c *upstreamCheck) check(ctx context.Context) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.checked.IsZero() && c.now().Sub(c.checked) < c.ttl {
-		return c.err
+		err := c.err
+		c.mu.Unlock()
+		return err
 	}
-	// The answer is cached for every prober, so it must be about
-	// karmada-apiserver, not about one prober that gave up early.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	done := c.running
+	if done == nil {
+		done = make(chan struct{})
+		c.running = done
+		// The answer is cached for every prober, so it must be about
+		// karmada-apiserver, not about one prober that gave up early.
+		go c.run(context.WithoutCancel(ctx), done)
+	}
+	c.mu.Unlock()
+	select {
+	case <-done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	case <-ctx.Done():
+		return fmt.Errorf("readiness check abandoned: %w", ctx.Err())
+	}
+}
+
+// run probes once, within timeout, records the answer and closes done.
+func (c *upstreamCheck) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	pctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	err := c.probe(ctx)
+	err := c.probe(pctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if (err == nil) != (c.err == nil) || c.checked.IsZero() {
 		// Log changes only: probes every few seconds would flood the log.
 		if err != nil {
@@ -116,8 +144,7 @@ func (c *upstreamCheck) check(ctx context.Context) error {
 			klog.FromContext(ctx).Info("karmada-apiserver ready again")
 		}
 	}
-	c.checked, c.err = c.now(), err
-	return err
+	c.checked, c.err, c.running = c.now(), err, nil
 }
 
 // klogStdLogger routes net/http's own server errors (TLS handshake failures,

@@ -183,8 +183,66 @@ func TestUpstreamCheckIgnoresProberCancellation(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := check.check(ctx); err != nil {
+	_ = check.check(ctx) // the prober left: whatever it is told, nobody reads it
+	// The probe it started runs on and its answer is the one cached.
+	if err := check.check(context.Background()); err != nil {
 		t.Fatalf("a cancelled prober's context reached the probe: %v", err)
+	}
+}
+
+// TestUpstreamCheckSharesOneProbe: probes that arrive while karmada-apiserver
+// hangs share the one probe in flight, and every one of them reads not
+// ready within the check timeout. A probe holding the lock (the former
+// design) would have them queue, each waiting a timeout per probe ahead of
+// it; one probe each would make calls equal the probers.
+func TestUpstreamCheckSharesOneProbe(t *testing.T) {
+	const probers = 20
+	var calls atomic.Int32
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	check := &upstreamCheck{
+		probe: func(ctx context.Context) error {
+			if calls.Add(1) == 1 {
+				close(entered)
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		ttl:     time.Hour,
+		timeout: 300 * time.Millisecond,
+		now:     time.Now,
+	}
+	defer close(release)
+	start := time.Now()
+	errs := make(chan error, probers)
+	go func() { errs <- check.check(context.Background()) }()
+	<-entered
+	for range probers - 1 {
+		go func() { errs <- check.check(context.Background()) }()
+	}
+	for range probers {
+		if err := <-errs; !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("prober during a hung karmada-apiserver got %v, want the probe's deadline", err)
+		}
+	}
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
+		t.Errorf("%d probers took %v with a 300ms check timeout", probers, elapsed)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d probers asked karmada-apiserver %d times, want once", probers, n)
+	}
+
+	// A prober that gives up returns at once, whatever the probe does.
+	check.ttl = 0
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	check.timeout = time.Hour
+	if err := check.check(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("abandoned probe: %v", err)
 	}
 }
 

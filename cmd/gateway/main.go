@@ -7,10 +7,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -92,7 +92,7 @@ func run(ctx context.Context, o *options) error {
 		// Resolver checks, as the gateway, that the member object is the
 		// template's own copy before anything is forwarded to it.
 		ropts.ActsAsGateway = true
-		if ropts.Members, err = karmada.NewMemberMetadata(cfg); err != nil {
+		if ropts.Members, err = karmada.NewMemberMetadata(cfg, o.memberTimeout); err != nil {
 			return err
 		}
 	}
@@ -102,9 +102,20 @@ func run(ctx context.Context, o *options) error {
 	}
 	var lab *labeler.Labeler
 	if o.enableLabeler {
+		// Label patches and Lease calls are plain requests: bound each, so
+		// a hung karmada-apiserver fails them (and leader election's
+		// acquire loop, which has no deadline of its own, retries) rather
+		// than holding a worker or the elector for good. No watch uses
+		// this client: a client timeout would cut one.
+		labCfg := rest.CopyConfig(clientCfg)
+		labCfg.Timeout = o.kubeAPITimeout
+		labClient, err := kubernetes.NewForConfig(labCfg)
+		if err != nil {
+			return fmt.Errorf("labeler client: %w", err)
+		}
 		lab, err = labeler.New(labeler.Options{
 			Informers:      informers,
-			Client:         kube,
+			Client:         labClient,
 			Metrics:        m,
 			Workers:        o.labelerWorkers,
 			LeaderElection: o.leaderElect,
@@ -133,17 +144,18 @@ func run(ctx context.Context, o *options) error {
 	popts := proxy.Options{
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
 		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
+		UpstreamHeaderTimeout: o.upstreamHeaderTimeout,
 	}
 	if o.mergeMemberEvents {
 		popts.Events = func(gw *proxy.Proxy) (proxy.EventsMerger, error) {
-			return memberevents.New(memberevents.Options{Gateway: gw, Resolver: res, Metrics: m})
+			return memberevents.New(memberevents.Options{Gateway: gw, Resolver: res, Metrics: m, MemberTimeout: o.memberTimeout})
 		}
 	}
 	if o.enableServiceProxy {
 		popts.ServiceResolver = res
 	}
 	if popts.AuthMode == proxy.AuthAuthorize {
-		aopts := auth.Options{Client: kube, CacheTTL: o.authCacheTTL, Metrics: m}
+		aopts := auth.Options{Client: kube, CacheTTL: o.authCacheTTL, Metrics: m, Timeout: o.authTimeout}
 		if clientCA != nil {
 			aopts.ClientCAPool = clientCA.Pool
 		}
@@ -175,14 +187,7 @@ func run(ctx context.Context, o *options) error {
 		reloaders = append(reloaders, cert.Run)
 		proxyTLS = serving.TLSConfig(cert, clientCA != nil)
 	}
-	proxySrv := serving.NewServer(serving.ServerOptions{
-		Handler:           px,
-		ReadHeaderTimeout: o.readHeaderTimeout,
-		IdleTimeout:       o.idleTimeout,
-		MaxHeaderBytes:    o.maxHeaderBytes,
-		TLSConfig:         proxyTLS,
-		ErrorLog:          klogStdLogger(),
-	})
+	proxySrv := newProxyServer(o, px, proxyTLS)
 
 	proxyLn, err := net.Listen("tcp", o.bindAddr)
 	if err != nil {
@@ -193,62 +198,48 @@ func run(ctx context.Context, o *options) error {
 		proxyLn.Close()
 		return fmt.Errorf("listen %s: %w", o.metricsAddr, err)
 	}
-
-	errc := make(chan error, 4)
-	go func() { errc <- serving.Serve(metricsSrv, metricsLn) }()
-	for _, run := range reloaders {
-		go run(ctx)
-	}
-	informers.Start(ctx)
-	go func() {
-		if !informers.WaitForCacheSync(ctx) {
-			return
-		}
-		logger.Info("caches synced; ready")
-		warnWithoutPodStatusInterpreter(ctx, dyn)
-	}()
-	// labelerDone closes once the labeler stopped, its lease released.
-	labelerDone := make(chan struct{})
-	if lab != nil {
-		go func() {
-			defer close(labelerDone)
-			if err := lab.Run(ctx); err != nil {
-				errc <- fmt.Errorf("labeler: %w", err)
-			}
-		}()
-	} else {
-		close(labelerDone)
-	}
-	go func() { errc <- serving.Serve(proxySrv, proxyLn) }()
 	logger.Info("serving", "address", proxyLn.Addr().String(), "tls", !o.insecureHTTP,
 		"metricsAddress", metricsLn.Addr().String(), "authMode", o.authMode, "labeler", o.enableLabeler,
 		"upstream", cfg.Host)
 
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if err != nil {
-			return err
-		}
+	lc := &lifecycle{
+		health:     health,
+		proxy:      server{proxySrv, proxyLn},
+		metrics:    server{metricsSrv, metricsLn},
+		streams:    px,
+		background: reloaders,
+		grace:      o.shutdownGrace,
+		start: func(ctx context.Context) {
+			informers.Start(ctx)
+			go func() {
+				if !informers.WaitForCacheSync(ctx) {
+					return
+				}
+				logger.Info("caches synced; ready")
+				checkCtx, cancel := context.WithTimeout(ctx, o.kubeAPITimeout)
+				defer cancel()
+				warnWithoutPodStatusInterpreter(checkCtx, dyn)
+			}()
+		},
 	}
+	if lab != nil {
+		lc.labeler = lab
+	}
+	return lc.run(ctx)
+}
 
-	// Report not ready first; then, all at once and up to the same deadline:
-	// stop accepting connections, refuse new requests on open ones with a 503
-	// Status while open streams drain, and wait for the labeler (stopped by
-	// ctx) to release its lease. /metrics and /readyz stay up until the end.
-	logger.Info("shutting down", "gracePeriod", o.shutdownGrace)
-	health.shuttingDown()
-	drainCtx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
-	defer cancel()
-	err = drain(drainCtx,
-		drainStep{"proxy server shutdown", proxySrv.Shutdown},
-		drainStep{"drain streams", px.Shutdown},
-		drainStep{"labeler lease release", waitClosed(labelerDone)},
-	)
-	if mErr := metricsSrv.Shutdown(drainCtx); mErr != nil {
-		err = errors.Join(err, fmt.Errorf("metrics server shutdown: %w", mErr))
-	}
-	return err
+// newProxyServer is the proxy port's server, its client-facing limits
+// (slowloris, header size) from o. The tests of those limits build the
+// server with this function and the flags' defaults.
+func newProxyServer(o *options, handler http.Handler, tlsConfig *tls.Config) *http.Server {
+	return serving.NewServer(serving.ServerOptions{
+		Handler:           handler,
+		ReadHeaderTimeout: o.readHeaderTimeout,
+		IdleTimeout:       o.idleTimeout,
+		MaxHeaderBytes:    o.maxHeaderBytes,
+		TLSConfig:         tlsConfig,
+		ErrorLog:          klogStdLogger(),
+	})
 }
 
 func upstreamConfig(kubeconfig string) (*rest.Config, error) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/auth"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberevents"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 )
@@ -40,6 +42,11 @@ type options struct {
 	enableServiceProxy  bool
 	mergeMemberEvents   bool
 	profiling           bool
+
+	upstreamHeaderTimeout time.Duration
+	authTimeout           time.Duration
+	memberTimeout         time.Duration
+	kubeAPITimeout        time.Duration
 }
 
 // bindFlags registers every flag; the README's flag table mirrors this list.
@@ -83,6 +90,13 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.maxStreamsPerClient, "max-streams-per-client", 200, "most such streams open at once per client identity (bearer token hash, verified client certificate subject, else remote IP); over it clients get 429 (0 = unlimited)")
 	fs.BoolVar(&o.enableServiceProxy, "enable-service-proxy", false, "rewrite services/{name}/proxy to the cluster proxy of the Service's member cluster (needs list/watch on services; in authorize mode the gateway authorizes each request as kube-apiserver would and its own identity needs services/proxy in every member)")
 	fs.BoolVar(&o.mergeMemberEvents, "merge-member-events", true, "merge the member cluster's events into events lists and watches scoped to one pod (fieldSelector involvedObject.name=<pod>), rewritten to the template's UID; in authorize mode the member's are read with the gateway's identity once a SubjectAccessReview allows the caller to list or watch events in the namespace")
+	// Deadlines of the gateway's outbound calls: a dependency that hangs
+	// must cost a client a Status naming it, not a request held until the
+	// client gives up.
+	fs.DurationVar(&o.upstreamHeaderTimeout, "upstream-header-timeout", proxy.DefaultUpstreamHeaderTimeout, "time karmada-apiserver, or a member cluster through its cluster proxy, has to answer a forwarded request with response headers (101 for exec, attach, port-forward); past it the client gets a 504 Status naming which. Never cuts a response once it started (watches, streams), and does not apply to log follows, whose headers wait for the container's first line")
+	fs.DurationVar(&o.authTimeout, "auth-timeout", auth.DefaultTimeout, "authorize mode: time karmada-apiserver has to answer each TokenReview and SubjectAccessReview; past it the client gets a 504 Status")
+	fs.DurationVar(&o.memberTimeout, "member-timeout", memberevents.DefaultMemberTimeout, "time a member cluster has, through its cluster proxy, to answer the reads the gateway makes on its own: its events merged into a pod's events list (past it the list carries karmada-apiserver's events and a Warning), and in authorize mode the check that the member's pod is the template's copy")
+	fs.DurationVar(&o.kubeAPITimeout, "kube-api-timeout", 10*time.Second, "time karmada-apiserver has to answer each of the gateway's own requests other than watches: label patches, Lease reads and updates of leader election, the startup check for the Pod status interpreter")
 	return o
 }
 
@@ -109,6 +123,17 @@ func (o *options) validate() error {
 	}
 	if o.certReloadInterval <= 0 {
 		return fmt.Errorf("--certificate-reload-interval must be positive")
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--upstream-header-timeout", o.upstreamHeaderTimeout}, {"--auth-timeout", o.authTimeout},
+		{"--member-timeout", o.memberTimeout}, {"--kube-api-timeout", o.kubeAPITimeout},
+	} {
+		if d.value <= 0 {
+			return fmt.Errorf("%s must be positive: every outbound call has a deadline", d.flag)
+		}
 	}
 	if o.shutdownGrace < 0 {
 		return fmt.Errorf("--shutdown-grace-period must not be negative")

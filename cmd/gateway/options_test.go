@@ -79,3 +79,31 @@ func TestServingFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineFlags: every outbound call has a deadline, so none of the
+// deadline flags may be turned off, and each one reaches its option.
+func TestDeadlineFlags(t *testing.T) {
+	for _, flagName := range []string{"upstream-header-timeout", "auth-timeout", "member-timeout", "kube-api-timeout"} {
+		for _, v := range []string{"0s", "-1s"} {
+			fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+			o := bindFlags(fs)
+			if err := fs.Parse([]string{"--insecure-serve-http", "--" + flagName + "=" + v}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--"+flagName) {
+				t.Errorf("--%s=%s: validate() = %v, want an error naming the flag", flagName, v, err)
+			}
+		}
+	}
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	o := bindFlags(fs)
+	if err := fs.Parse([]string{"--insecure-serve-http", "--upstream-header-timeout=1m", "--auth-timeout=2s", "--member-timeout=3s", "--kube-api-timeout=4s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.upstreamHeaderTimeout != time.Minute || o.authTimeout != 2*time.Second || o.memberTimeout != 3*time.Second || o.kubeAPITimeout != 4*time.Second {
+		t.Errorf("parsed %v %v %v %v", o.upstreamHeaderTimeout, o.authTimeout, o.memberTimeout, o.kubeAPITimeout)
+	}
+}

@@ -140,6 +140,7 @@ func TestDeploymentDefaults(t *testing.T) {
 		"--leader-election-id=karmada-exec-gateway-labeler",
 		"--shutdown-grace-period=30s",
 		"--read-header-timeout=10s",
+		"--upstream-header-timeout=30s",
 		"--idle-timeout=90s",
 		"-v=0",
 	}
@@ -262,14 +263,14 @@ func TestArgsFollowValues(t *testing.T) {
 		{
 			name:     "authorize with client CA",
 			values:   valueSets["authorize"],
-			want:     []string{"--auth-mode=authorize", "--auth-cache-ttl=30s", "--client-ca-file=/etc/gateway/client-ca/ca.crt"},
+			want:     []string{"--auth-mode=authorize", "--auth-cache-ttl=30s", "--auth-timeout=10s", "--client-ca-file=/etc/gateway/client-ca/ca.crt"},
 			replicas: 2,
 		},
 		{
 			name:     "plain HTTP, one replica, no labeler",
 			values:   valueSets["insecure-single-no-labeler"],
 			want:     []string{"--insecure-serve-http", "--enable-labeler=false"},
-			wantNot:  []string{"--tls-cert-file", "--tls-key-file", "--leader-elect", "--labeler-workers", "--client-ca-file", "--auth-cache-ttl", "--enable-service-proxy"},
+			wantNot:  []string{"--tls-cert-file", "--tls-key-file", "--leader-elect", "--labeler-workers", "--client-ca-file", "--auth-cache-ttl", "--auth-timeout", "--enable-service-proxy"},
 			replicas: 1,
 		},
 		{
@@ -297,12 +298,13 @@ replicas: 3
 ports: {proxy: 9443, metrics: 9090}
 shutdownGracePeriodSeconds: 120
 readHeaderTimeout: 5s
+upstreamHeaderTimeout: 1m
 logVerbosity: 4
 labeler: {workers: 8, leaderElection: {enabled: false}}
 extraArgs: ["--kube-api-qps=200", "--resync-period=1h"]
 `,
 			want: []string{"--bind-address=:9443", "--metrics-bind-address=:9090", "--shutdown-grace-period=120s",
-				"--read-header-timeout=5s", "-v=4", "--labeler-workers=8", "--leader-elect=false",
+				"--read-header-timeout=5s", "--upstream-header-timeout=1m", "-v=4", "--labeler-workers=8", "--leader-elect=false",
 				"--kube-api-qps=200", "--resync-period=1h"},
 			wantNot:  []string{"--leader-election-namespace", "--leader-election-id"},
 			replicas: 3,

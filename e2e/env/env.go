@@ -110,6 +110,10 @@ type GatewayOptions struct {
 	AuthMode string
 	// Args are extra flags, after the ones the environment sets, so they win.
 	Args []string
+	// Race builds the gateway with the race detector (E2E_GATEWAY_RACE=1
+	// sets it in DefaultOptions); GatewayDataRaces then finds its reports
+	// in the gateway's log.
+	Race bool
 }
 
 // Env is a running topology. Methods are safe for concurrent use.
@@ -196,6 +200,9 @@ func DefaultOptions(opts Options) Options {
 	}
 	if opts.ImageCacheDir == "" && root != "" {
 		opts.ImageCacheDir = filepath.Join(root, "_output", "images")
+	}
+	if os.Getenv("E2E_GATEWAY_RACE") == "1" {
+		opts.Gateway.Race = true
 	}
 	if os.Getenv("E2E_KEEP") != "" {
 		opts.KeepWorkDir = true

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -33,7 +34,15 @@ type gateway struct {
 // out. Tests call it (or let Start do it) so a gateway that does not build
 // fails the test rather than skipping it.
 func BuildGateway(ctx context.Context, sourceDir, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gateway")
+	return buildGateway(ctx, sourceDir, out, false)
+}
+
+func buildGateway(ctx context.Context, sourceDir, out string, race bool) error {
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/gateway")...)
 	cmd.Dir = sourceDir
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
@@ -52,7 +61,7 @@ func (e *Env) buildGateway(ctx context.Context) error {
 		return errors.New("gateway: neither Binary nor SourceDir is set")
 	}
 	out := filepath.Join(e.workDir, "gateway")
-	if err := BuildGateway(ctx, e.opts.Gateway.SourceDir, out); err != nil {
+	if err := buildGateway(ctx, e.opts.Gateway.SourceDir, out, e.opts.Gateway.Race); err != nil {
 		return err
 	}
 	e.gatewayBin = out
@@ -188,6 +197,34 @@ func (e *Env) RestartGateway(ctx context.Context, args ...string) error {
 	e.StopGateway()
 	return e.StartGateway(ctx, args...)
 }
+
+// raceReportStart opens each report of Go's race detector.
+const raceReportStart = "WARNING: DATA RACE"
+
+// GatewayDataRaces returns the race detector's reports in the gateway's log
+// so far (none unless Options.Gateway.Race built it with -race). Stop the
+// gateway first to include races of its shutdown.
+func (e *Env) GatewayDataRaces() ([]string, error) {
+	e.gwMu.Lock()
+	defer e.gwMu.Unlock()
+	if e.gateway == nil {
+		return nil, nil
+	}
+	log, err := os.ReadFile(e.gateway.proc.logPath)
+	if err != nil {
+		return nil, fmt.Errorf("read gateway log: %w", err)
+	}
+	var reports []string
+	for _, part := range strings.Split(string(log), raceReportStart)[1:] {
+		// A report ends with a line of '=' (the detector's separator).
+		report, _, _ := strings.Cut(part, "\n==================")
+		reports = append(reports, raceReportStart+report)
+	}
+	return reports, nil
+}
+
+// GatewayRace reports whether the gateway is built with -race.
+func (e *Env) GatewayRace() bool { return e.opts.Gateway.Race }
 
 // GatewayRunning reports whether the gateway process is up.
 func (e *Env) GatewayRunning() bool {

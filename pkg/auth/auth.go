@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,10 @@ const (
 	DefaultCacheTTL         = 10 * time.Second
 	DefaultNegativeCacheTTL = 2 * time.Second
 	DefaultMaxCacheEntries  = 10000
+	// DefaultTimeout bounds one TokenReview or SubjectAccessReview: each
+	// stands before a client's request, which must not hang on a hung
+	// karmada-apiserver.
+	DefaultTimeout = 10 * time.Second
 )
 
 // maxCachedEntryBytes keeps one cache entry small: identities and denial
@@ -68,6 +73,9 @@ type Options struct {
 	MaxCacheEntries int
 	// Metrics receives AuthDecisionsTotal; nil records nothing.
 	Metrics *metrics.Metrics
+	// Timeout bounds each TokenReview and SubjectAccessReview; past it the
+	// client gets a 504 Status. Zero means DefaultTimeout.
+	Timeout time.Duration
 	// Now replaces time.Now, for tests.
 	Now func() time.Time
 }
@@ -81,6 +89,15 @@ type Authorizer struct {
 	cache       *cache.LRUExpireCache
 	metrics     *metrics.Metrics
 	now         func() time.Time
+	timeout     time.Duration
+	// flights collapses concurrent cache misses for one key (a credential,
+	// its impersonation, a whole decision) into one set of API calls: a
+	// runner starting 100 jobs with one token costs one TokenReview and one
+	// SubjectAccessReview, not 100 of each.
+	flights singleflight.Group
+	// missed, when set (tests), is called on every cache miss before the
+	// miss joins or starts a flight.
+	missed func(key string)
 }
 
 type clockFunc func() time.Time
@@ -92,8 +109,8 @@ func New(opts Options) (*Authorizer, error) {
 	if opts.Client == nil {
 		return nil, errors.New("auth: Options.Client is required")
 	}
-	if opts.CacheTTL < 0 || opts.NegativeCacheTTL < 0 || opts.MaxCacheEntries < 0 {
-		return nil, errors.New("auth: cache TTLs and size must not be negative")
+	if opts.CacheTTL < 0 || opts.NegativeCacheTTL < 0 || opts.MaxCacheEntries < 0 || opts.Timeout < 0 {
+		return nil, errors.New("auth: cache TTLs, size and timeout must not be negative")
 	}
 	a := &Authorizer{
 		client:      opts.Client,
@@ -102,6 +119,10 @@ func New(opts Options) (*Authorizer, error) {
 		negativeTTL: opts.NegativeCacheTTL,
 		metrics:     opts.Metrics,
 		now:         opts.Now,
+		timeout:     opts.Timeout,
+	}
+	if a.timeout == 0 {
+		a.timeout = DefaultTimeout
 	}
 	if a.ttl == 0 {
 		a.ttl = DefaultCacheTTL
@@ -163,28 +184,86 @@ func (a *Authorizer) authorizeResource(ctx context.Context, r *http.Request, rr 
 		return identity.Caller{}, err
 	}
 	key := cacheKey("resource", cred.key, imp.key(), rr.Namespace, rr.Verb, rr.Group, rr.Resource, rr.Subresource, rr.Name)
+	d, err := a.cached(ctx, key, tr, func(ctx context.Context, tr *trace) (decision, error) {
+		caller, err := a.effectiveCaller(ctx, cred, imp, tr)
+		if err != nil {
+			return decision{}, err
+		}
+		attrs := resourceAttributes(rr)
+		allowed, reason, err := a.review(ctx, caller, attrs, tr)
+		if err != nil {
+			return decision{}, err
+		}
+		if !allowed {
+			err := forbidden(caller.Name, attrs, reason)
+			a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
+			return decision{err: err}, nil
+		}
+		a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
+		return decision{caller: caller}, nil
+	})
+	if err != nil {
+		return identity.Caller{}, err
+	}
+	return copyCaller(d.caller), d.err
+}
+
+// flight is what one shared computation of cached answers.
+type flight struct {
+	d  decision
+	tr trace
+}
+
+// cached answers key from the cache or, on a miss, from compute, which
+// stores what it found worth caching. Concurrent misses for one key share
+// one compute: it runs detached from the first caller's cancellation (each
+// API call it makes has its own deadline, see call), so a caller who gives
+// up fails alone and the others still get the answer. A decision (allowed
+// or denied) comes back in the decision; an error is a failure to decide.
+func (a *Authorizer) cached(ctx context.Context, key string, tr *trace, compute func(context.Context, *trace) (decision, error)) (decision, error) {
 	if v, ok := a.cache.Get(key); ok {
 		tr.usedCache = true
-		d := v.(decision)
-		return copyCaller(d.caller), d.err
+		return v.(decision), nil
 	}
+	if a.missed != nil {
+		a.missed(key)
+	}
+	ch := a.flights.DoChan(key, func() (any, error) {
+		// A caller that missed just before the previous flight stored its
+		// answer would otherwise ask the API again.
+		if v, ok := a.cache.Get(key); ok {
+			return flight{d: v.(decision), tr: trace{usedCache: true}}, nil
+		}
+		var ftr trace
+		d, err := compute(context.WithoutCancel(ctx), &ftr)
+		return flight{d: d, tr: ftr}, err
+	})
+	select {
+	case res := <-ch:
+		f, _ := res.Val.(flight)
+		tr.calledAPI = tr.calledAPI || f.tr.calledAPI
+		tr.usedCache = tr.usedCache || f.tr.usedCache
+		return f.d, res.Err
+	case <-ctx.Done():
+		return decision{}, unavailable("request cancelled while waiting for authorization", context.Cause(ctx), "")
+	}
+}
 
-	caller, err := a.effectiveCaller(ctx, cred, imp, tr)
-	if err != nil {
-		return identity.Caller{}, err
+// call runs one review against karmada-apiserver within a.timeout. A
+// review that ran out of it is a 504 naming karmada-apiserver; any other
+// failure a 503 with msg. secret is removed from the cause kept for logs.
+func (a *Authorizer) call(ctx context.Context, what, msg, secret string, do func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	err := do(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return timedOut(fmt.Sprintf("karmada-apiserver did not answer the %s within %s (--auth-timeout)", what, a.timeout), err, secret)
+	default:
+		return unavailable(msg, err, secret)
 	}
-	attrs := resourceAttributes(rr)
-	allowed, reason, err := a.review(ctx, caller, attrs, tr)
-	if err != nil {
-		return identity.Caller{}, err
-	}
-	if !allowed {
-		err := forbidden(caller.Name, attrs, reason)
-		a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
-		return identity.Caller{}, err
-	}
-	a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
-	return copyCaller(caller), nil
 }
 
 // resourceAttributes are the SubjectAccessReview attributes kube-apiserver
@@ -257,25 +336,26 @@ func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *
 		return requestor, err
 	}
 	key := cacheKey("impersonate", cred.key, imp.key())
-	if v, ok := a.cache.Get(key); ok {
-		tr.usedCache = true
-		d := v.(decision)
-		return d.caller, d.err
-	}
-	for _, attrs := range imp.checks() {
-		allowed, reason, err := a.review(ctx, requestor, attrs, tr)
-		if err != nil {
-			return identity.Caller{}, err
+	d, err := a.cached(ctx, key, tr, func(ctx context.Context, tr *trace) (decision, error) {
+		for _, attrs := range imp.checks() {
+			allowed, reason, err := a.review(ctx, requestor, attrs, tr)
+			if err != nil {
+				return decision{}, err
+			}
+			if !allowed {
+				err := forbidden(requestor.Name, attrs, reason)
+				a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
+				return decision{err: err}, nil
+			}
 		}
-		if !allowed {
-			err := forbidden(requestor.Name, attrs, reason)
-			a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
-			return identity.Caller{}, err
-		}
+		caller := imp.caller()
+		a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
+		return decision{caller: caller}, nil
+	})
+	if err != nil {
+		return identity.Caller{}, err
 	}
-	caller := imp.caller()
-	a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
-	return caller, nil
+	return d.caller, d.err
 }
 
 // review asks karmada-apiserver whether who may do attrs.
@@ -288,10 +368,14 @@ func (a *Authorizer) review(ctx context.Context, who identity.Caller, attrs *aut
 		Extra:              toExtraValues(who.Extra),
 	}}
 	tr.calledAPI = true
-	res, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	var res *authorizationv1.SubjectAccessReview
+	err = a.call(ctx, "SubjectAccessReview", "authorization unavailable", "", func(ctx context.Context) (err error) {
+		res, err = a.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "SubjectAccessReview failed", "user", who.Name, "verb", attrs.Verb, "resource", attrs.Resource, "subresource", attrs.Subresource)
-		return false, "", unavailable("authorization unavailable", err, "")
+		return false, "", err
 	}
 	if res.Status.EvaluationError != "" {
 		klog.FromContext(ctx).V(2).Info("SubjectAccessReview evaluation error", "user", who.Name, "error", res.Status.EvaluationError)
@@ -338,11 +422,20 @@ func (e *unavailableError) Status() metav1.Status { return e.status.Status() }
 func (e *unavailableError) Unwrap() error         { return e.cause }
 
 func unavailable(msg string, cause error, secret string) error {
+	return &unavailableError{status: apierrors.NewServiceUnavailable(msg), cause: cause, causeText: redact(cause, secret)}
+}
+
+// timedOut is unavailable's 504 Gateway Timeout for a review that hung.
+func timedOut(msg string, cause error, secret string) error {
+	return &unavailableError{status: apierrors.NewTimeoutError(msg, 0), cause: cause, causeText: redact(cause, secret)}
+}
+
+func redact(cause error, secret string) string {
 	text := cause.Error()
 	if secret != "" {
 		text = strings.ReplaceAll(text, secret, "[redacted]")
 	}
-	return &unavailableError{status: apierrors.NewServiceUnavailable(msg), cause: cause, causeText: text}
+	return text
 }
 
 func resultOf(err error) string {

@@ -141,42 +141,46 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 		return *cred.cert, nil
 	}
 	key := cacheKey("token", cred.key)
-	if v, ok := a.cache.Get(key); ok {
-		tr.usedCache = true
-		d := v.(decision)
-		return d.caller, d.err
-	}
-	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: cred.token}}
-	tr.calledAPI = true
-	res, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
-	if err != nil {
-		err = unavailable("authentication unavailable", err, cred.token)
-		klog.FromContext(ctx).Error(err, "TokenReview failed")
-		return identity.Caller{}, err
-	}
-	// An anonymous identity is not a credential the gateway acts for.
-	if !res.Status.Authenticated || res.Status.User.Username == "" || res.Status.User.Username == userAnonymous {
-		// Status.Error is the authenticators' own text; kube-apiserver does
-		// not show it to clients either.
-		klog.FromContext(ctx).V(2).Info("Token rejected", "reason", strings.ReplaceAll(res.Status.Error, cred.token, "[redacted]"))
-		err := unauthorized()
-		a.cache.Add(key, decision{err: err}, a.negativeTTL)
-		return identity.Caller{}, err
-	}
-	u := res.Status.User
-	caller := identity.Caller{
-		Name:   u.Username,
-		UID:    u.UID,
-		Groups: withAuthenticatedGroup(slices.Clone(u.Groups)),
-	}
-	if len(u.Extra) > 0 {
-		caller.Extra = make(map[string][]string, len(u.Extra))
-		for k, v := range u.Extra {
-			caller.Extra[k] = slices.Clone(v)
+	d, err := a.cached(ctx, key, tr, func(ctx context.Context, tr *trace) (decision, error) {
+		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: cred.token}}
+		tr.calledAPI = true
+		var res *authenticationv1.TokenReview
+		err := a.call(ctx, "TokenReview", "authentication unavailable", cred.token, func(ctx context.Context) (err error) {
+			res, err = a.client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
+			return err
+		})
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "TokenReview failed")
+			return decision{}, err
 		}
+		// An anonymous identity is not a credential the gateway acts for.
+		if !res.Status.Authenticated || res.Status.User.Username == "" || res.Status.User.Username == userAnonymous {
+			// Status.Error is the authenticators' own text; kube-apiserver does
+			// not show it to clients either.
+			klog.FromContext(ctx).V(2).Info("Token rejected", "reason", strings.ReplaceAll(res.Status.Error, cred.token, "[redacted]"))
+			err := unauthorized()
+			a.cache.Add(key, decision{err: err}, a.negativeTTL)
+			return decision{err: err}, nil
+		}
+		u := res.Status.User
+		caller := identity.Caller{
+			Name:   u.Username,
+			UID:    u.UID,
+			Groups: withAuthenticatedGroup(slices.Clone(u.Groups)),
+		}
+		if len(u.Extra) > 0 {
+			caller.Extra = make(map[string][]string, len(u.Extra))
+			for k, v := range u.Extra {
+				caller.Extra[k] = slices.Clone(v)
+			}
+		}
+		a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
+		return decision{caller: caller}, nil
+	})
+	if err != nil {
+		return identity.Caller{}, err
 	}
-	a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
-	return caller, nil
+	return d.caller, d.err
 }
 
 // withAuthenticatedGroup adds system:authenticated as kube-apiserver's

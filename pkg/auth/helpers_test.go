@@ -45,6 +45,18 @@ type fakeAPI struct {
 
 	tokenReviews int
 	sars         []authorizationv1.SubjectAccessReviewSpec
+	// gate, when set, holds every review until it is closed.
+	gate chan struct{}
+}
+
+// wait blocks on the gate, if one is set.
+func (api *fakeAPI) wait() {
+	api.mu.Lock()
+	gate := api.gate
+	api.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 }
 
 func newFakeAPI() (*fakeAPI, *fake.Clientset) {
@@ -58,6 +70,7 @@ func newFakeAPI() (*fakeAPI, *fake.Clientset) {
 	client := fake.NewClientset()
 	client.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		tr := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+		api.wait()
 		api.mu.Lock()
 		defer api.mu.Unlock()
 		api.tokenReviews++
@@ -74,6 +87,7 @@ func newFakeAPI() (*fakeAPI, *fake.Clientset) {
 	})
 	client.PrependReactor("create", "subjectaccessreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		sar := action.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		api.wait()
 		api.mu.Lock()
 		defer api.mu.Unlock()
 		api.sars = append(api.sars, *sar.Spec.DeepCopy())

@@ -14,32 +14,38 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// memberReadTimeout bounds one metadata read through the cluster proxy: it
-// stands before an exec, so a hung member must fail it, not hold it.
-const memberReadTimeout = 5 * time.Second
+// DefaultMemberReadTimeout bounds one metadata read through the cluster
+// proxy when NewMemberMetadata is given none: it stands before an exec, so a
+// hung member must fail it, not hold it.
+const DefaultMemberReadTimeout = 5 * time.Second
 
 // MemberMetadata reads objects' metadata in member clusters through
 // Karmada's cluster proxy, with the identity of the config it was built
 // from. It is safe for concurrent use.
 type MemberMetadata struct {
-	base   *rest.Config
-	client *http.Client
+	base    *rest.Config
+	client  *http.Client
+	timeout time.Duration
 
 	mu      sync.Mutex
 	clients map[string]metadata.Interface // by cluster name
 }
 
 // NewMemberMetadata returns a MemberMetadata calling karmada-apiserver as
-// cfg does. Reads are not rate limited: each one stands for a request the
-// caller already made, which is not rate limited either.
-func NewMemberMetadata(cfg *rest.Config) (*MemberMetadata, error) {
+// cfg does, each read bounded by timeout (0: DefaultMemberReadTimeout).
+// Reads are not rate limited: each one stands for a request the caller
+// already made, which is not rate limited either.
+func NewMemberMetadata(cfg *rest.Config, timeout time.Duration) (*MemberMetadata, error) {
+	if timeout <= 0 {
+		timeout = DefaultMemberReadTimeout
+	}
 	base := rest.CopyConfig(cfg)
 	base.QPS, base.Burst, base.RateLimiter = -1, 0, nil
 	client, err := rest.HTTPClientFor(base)
 	if err != nil {
 		return nil, fmt.Errorf("member metadata client: %w", err)
 	}
-	return &MemberMetadata{base: base, client: client, clients: map[string]metadata.Interface{}}, nil
+	return &MemberMetadata{base: base, client: client, timeout: timeout, clients: map[string]metadata.Interface{}}, nil
 }
 
 // Metadata GETs namespace/name of resource in cluster as
@@ -51,7 +57,7 @@ func (m *MemberMetadata) Metadata(ctx context.Context, cluster string, resource 
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, memberReadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	return c.Resource(resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
 }

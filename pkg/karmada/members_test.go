@@ -34,7 +34,7 @@ func TestMemberMetadata(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	m, err := NewMemberMetadata(&rest.Config{Host: srv.URL + "/", BearerToken: "gateway-token"})
+	m, err := NewMemberMetadata(&rest.Config{Host: srv.URL + "/", BearerToken: "gateway-token"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -72,15 +73,24 @@ type Options struct {
 	// Metrics receives member_events_unavailable_total; nil records into a
 	// private registry.
 	Metrics *metrics.Metrics
+	// MemberTimeout bounds the member's side of a merged list (the
+	// template and the member's events, read at once); past it the list
+	// carries karmada-apiserver's events and a Warning naming the member.
+	// 0 is DefaultMemberTimeout.
+	MemberTimeout time.Duration
 }
+
+// DefaultMemberTimeout is Options.MemberTimeout's default.
+const DefaultMemberTimeout = 10 * time.Second
 
 // Merger answers pod-scoped core/v1 events lists and watches with
 // karmada-apiserver's events and the member cluster's merged. It implements
 // the proxy's EventsMerger.
 type Merger struct {
-	gw       Gateway
-	resolver Resolver
-	metrics  *metrics.Metrics
+	gw            Gateway
+	resolver      Resolver
+	metrics       *metrics.Metrics
+	memberTimeout time.Duration
 	// eventCursors lets merged event watches resume exactly (watch.go).
 	eventCursors     *eventCursors
 	eventWatchTiming eventWatchTiming
@@ -94,8 +104,11 @@ func New(opts Options) (*Merger, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
 	}
+	if opts.MemberTimeout <= 0 {
+		opts.MemberTimeout = DefaultMemberTimeout
+	}
 	return &Merger{
-		gw: opts.Gateway, resolver: opts.Resolver, metrics: opts.Metrics,
+		gw: opts.Gateway, resolver: opts.Resolver, metrics: opts.Metrics, memberTimeout: opts.MemberTimeout,
 		eventCursors: newEventCursors(), eventWatchTiming: defaultEventWatchTiming,
 	}, nil
 }
@@ -388,6 +401,11 @@ type memberEvents struct {
 // karmada-apiserver resourceVersion they are given, a watch from it
 // continues the member's events exactly (eventCursors).
 func (mg *Merger) listMemberEvents(ctx context.Context, em *eventsMerge, cluster string) memberEvents {
+	// Both reads are whole before this returns, so the deadline covers
+	// their bodies too: a member that sends headers and then hangs is as
+	// unavailable as one that does not answer.
+	ctx, cancel := context.WithTimeout(ctx, mg.memberTimeout)
+	defer cancel()
 	type template struct {
 		pod *corev1.Pod
 		err error

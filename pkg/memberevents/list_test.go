@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -418,5 +419,45 @@ func TestWarningHeader(t *testing.T) {
 		if got.Code != 299 || got.Agent != "-" || got.Text != printable(text) || strings.ContainsFunc(got.Text, unicode.IsControl) {
 			t.Errorf("warningHeader(%q) = %q parses as %+v, want text %q", text, h, got, printable(text))
 		}
+	}
+}
+
+// TestEventsMemberHangs: a member that sends its list's headers and then
+// hangs (the header deadline is past by then) costs the merged list
+// MemberTimeout, not the client's patience: karmada-apiserver's events come
+// back with a Warning naming the member. Without the deadline in
+// listMemberEvents the list waits for the member until the client gives up.
+func TestEventsMemberHangs(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	karmadaSide := &eventsUpstream{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/events") {
+			karmadaSide.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	p, mg := newTestProxy(t, proxy.Options{Upstream: &rest.Config{Host: srv.URL}, Resolver: &proxytest.Resolver{Cluster: proxytest.Cluster}}, true)
+	mg.memberTimeout = 200 * time.Millisecond
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, proxytest.EventsTarget("involvedObject.name=build", ""), nil, ""))
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("merged list took %s with a 200ms member timeout", took)
+	}
+	var list corev1.EventList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || rec.Code != http.StatusOK || len(list.Items) != 1 {
+		t.Fatalf("code %d, list %+v, err %v: want karmada-apiserver's one event", rec.Code, list, err)
+	}
+	if w := rec.Header().Get("Warning"); !strings.Contains(w, proxytest.Cluster) {
+		t.Errorf("Warning %q does not name the member %q", w, proxytest.Cluster)
 	}
 }

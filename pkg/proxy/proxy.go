@@ -78,6 +78,14 @@ type Options struct {
 	// cleanly is held while the member's pod is read to tell the
 	// container's end from a cut (see watchLogFollow); 0 is 10s.
 	LogEndWindow time.Duration
+	// UpstreamHeaderTimeout bounds how long karmada-apiserver, or a member
+	// through its cluster proxy, may take to answer a request with response
+	// headers (a 101 for an upgrade), from when the request was sent; past it
+	// the client gets a 504 Status naming the upstream. It never bounds a
+	// response once it started (watches, streams), nor a pods/log follow
+	// (follow=true), whose headers wait for the container's first line.
+	// 0 is DefaultUpstreamHeaderTimeout; negative is none.
+	UpstreamHeaderTimeout time.Duration
 }
 
 // Proxy is the gateway's HTTP handler.
@@ -95,6 +103,8 @@ type Proxy struct {
 	events     EventsMerger
 	// logEndWindow is Options.LogEndWindow, defaulted.
 	logEndWindow time.Duration
+	// headerTimeout is Options.UpstreamHeaderTimeout, defaulted.
+	headerTimeout time.Duration
 
 	// drainCtx parents every request's context; cancelling it cuts them all.
 	drainCtx    context.Context
@@ -136,6 +146,9 @@ func New(opts Options) (*Proxy, error) {
 	if opts.LogEndWindow <= 0 {
 		opts.LogEndWindow = defaultLogEndWindow
 	}
+	if opts.UpstreamHeaderTimeout == 0 {
+		opts.UpstreamHeaderTimeout = DefaultUpstreamHeaderTimeout
+	}
 	p := &Proxy{
 		upstream:     up,
 		resolver:     opts.Resolver,
@@ -147,6 +160,8 @@ func New(opts Options) (*Proxy, error) {
 		limiter:      newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
 		logEndWindow: opts.LogEndWindow,
 		idle:         make(chan struct{}),
+
+		headerTimeout: opts.UpstreamHeaderTimeout,
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
@@ -183,8 +198,10 @@ func New(opts Options) (*Proxy, error) {
 type requestState struct {
 	route string
 	// upgrade: the request asks for an Upgrade. stream: it takes a stream
-	// slot (isStreamRequest), upgrades included.
-	upgrade, stream bool
+	// slot (isStreamRequest), upgrades included. follow: it asks for
+	// follow=true, whose headers may wait for a container's first line, so
+	// no response header deadline applies to it.
+	upgrade, stream, follow bool
 	// releaseStream gives the stream slot back; set once holdStream took it.
 	releaseStream func()
 	// clientGone marks a request whose client left before any response.
@@ -220,7 +237,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// bypassed by the route that forgot.
 	state := &requestState{
 		route: metrics.RoutePassthrough, upstreamName: upstreamKarmada,
-		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r),
+		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r), follow: isFollow(r),
 	}
 	rw := newResponseWriter(w, p.series, state)
 	defer rw.finish()
@@ -327,7 +344,7 @@ func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logg
 		return false
 	}
 	base := karmada.ClusterProxyPath(cluster, prefix)
-	state.upstreamName = fmt.Sprintf("the cluster proxy for cluster %q", cluster)
+	state.upstreamName = clusterProxyName(cluster)
 	state.cluster = cluster
 	state.path = base + restPath
 	state.rawPath = ""
@@ -464,7 +481,11 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 
 func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	state := stateFrom(req.Context())
-	return p.upstream.transport(state.gatewayIdentity, state.upgrade).RoundTrip(req)
+	rt := p.upstream.transport(state.gatewayIdentity, state.upgrade)
+	if state.follow {
+		return rt.RoundTrip(req)
+	}
+	return roundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
 }
 
 // copyBufferSize is ReverseProxy's own default, the size io.Copy uses.
@@ -523,7 +544,13 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 		logger.V(2).Info("Upgraded stream ended with an error", "err", err)
 		return
 	}
+	var timeout *upstreamTimeoutError
 	switch {
+	case errors.As(err, &timeout) && ctx.Err() == nil:
+		// The upstream hung: say which, rather than hold the client until
+		// it gives up.
+		logger.Info("Upstream sent no response in time", "err", err)
+		apiresponse.WriteStatus(w, timeout.status())
 	case errors.Is(err, errUpgradeMismatch):
 		logger.Info("Refusing upstream protocol switch", "err", err)
 		apiresponse.WriteStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{

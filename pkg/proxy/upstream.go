@@ -207,5 +207,5 @@ func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamId
 	if as.editHeader != nil {
 		as.editHeader(req.Header)
 	}
-	return p.upstream.transport(as.gateway, false).RoundTrip(req)
+	return roundTripWithin(p.upstream.transport(as.gateway, false), req, p.headerTimeout, upstreamNameOf(pathAndQuery))
 }
