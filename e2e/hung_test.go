@@ -33,10 +33,24 @@ const (
 	// hungClientDeadline is when the test's clients give up: reaching it is
 	// the failure this test exists to find, a request the gateway left
 	// hanging. It is far above every bound below.
-	hungClientDeadline = 90 * time.Second
+	hungClientDeadline = 60 * time.Second
+	// The gateway's deadlines, set by hungGatewayArgs below the defaults
+	// (30s, 10s, 10s, 10s) to keep each freeze short: the test checks that
+	// the flags set the bounds.
+	// 8s is below the 10s TLS handshake timeout of Karmada's cluster proxy
+	// towards a member: a hung member then gets the gateway's 504 naming
+	// it, not Karmada's 500 "net/http: TLS handshake timeout" naming nobody
+	// (docs/security.md).
+	hungUpstreamHeaderTimeout = 8 * time.Second // --upstream-header-timeout
+	hungAuthTimeout           = 5 * time.Second // --auth-timeout
+	hungMemberTimeout         = 5 * time.Second // --member-timeout
+	hungKubeAPITimeout        = 5 * time.Second // --kube-api-timeout
 	// hungAnswerBound: every new request needing the frozen process gets
-	// its 503 or 504 Status within this, measured at the client.
-	hungAnswerBound = 15 * time.Second
+	// its 503 or 504 Status within this, measured at the client: the
+	// longest deadline that applies, plus slack for two busy cores. Only
+	// one of the deadlines a request meets can run out: the call before it
+	// answered, or the request would have stopped there.
+	hungAnswerBound = hungUpstreamHeaderTimeout + 5*time.Second
 	// hungWorkingBound: a request that does not need the frozen process is
 	// answered within this (two shared cores, a few hundred clients busy).
 	hungWorkingBound = 10 * time.Second
@@ -44,9 +58,10 @@ const (
 	// hangs (its answer reused for 5s, each check bounded by 2s), and 200
 	// again within this once it is back.
 	hungReadyzBound = 10 * time.Second
-	// hungProbeTimeout is the chart's readinessProbe timeoutSeconds: a
-	// /readyz that takes longer is a failed probe however it ends.
-	hungProbeTimeout = 3 * time.Second
+	// hungProbeTimeout bounds each /readyz answer: the gateway gives its
+	// karmada-apiserver check 2s, under the chart's 3s probe timeout; the
+	// rest is slack for two cores shared with a few hundred TLS clients.
+	hungProbeTimeout = 5 * time.Second
 	// hungLoadClients clients, each on its own connection, send a request
 	// needing the frozen process at once.
 	hungLoadClients = 300
@@ -69,8 +84,13 @@ const (
 )
 
 // hungGatewayArgs are the gateway flags the environments of
-// TestHungDependencies run with: the defaults, which the bounds above are for.
-var hungGatewayArgs []string
+// TestHungDependencies run with.
+var hungGatewayArgs = []string{
+	"--upstream-header-timeout=" + hungUpstreamHeaderTimeout.String(),
+	"--auth-timeout=" + hungAuthTimeout.String(),
+	"--member-timeout=" + hungMemberTimeout.String(),
+	"--kube-api-timeout=" + hungKubeAPITimeout.String(),
+}
 
 // hungCase is one process frozen, and what the gateway must do meanwhile.
 type hungCase struct {
@@ -122,7 +142,7 @@ const (
 //     proxy hangs, reads karmada-apiserver serves from its watch cache while
 //     etcd hangs, a malformed path, /healthz, /metrics) work within
 //     hungWorkingBound;
-//   - /readyz answers within the chart's probe timeout, turns 503 within
+//   - /readyz answers within hungProbeTimeout, turns 503 within
 //     hungReadyzBound while karmada-apiserver (or etcd under it) hangs and
 //     stays 200 while only a member or the cluster proxy does;
 //   - hungLoadClients requests in flight at once cost a bounded number of
@@ -466,9 +486,13 @@ func (a hungAnswer) String() string {
 	case a.status != nil:
 		return fmt.Sprintf("%d Status %s: %s", a.code, a.status.Reason, a.status.Message)
 	case a.err != nil:
-		return fmt.Sprintf("error %v (%q)", a.err, a.text)
+		return fmt.Sprintf("error %v (%q)", a.err, strings.TrimSpace(a.text))
 	default:
-		return fmt.Sprintf("%d %q", a.code, a.text)
+		text := a.text
+		if len(text) > 120 {
+			text = text[:120] + "..."
+		}
+		return fmt.Sprintf("%d %q", a.code, text)
 	}
 }
 
