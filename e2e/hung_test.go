@@ -177,7 +177,13 @@ const (
 // and the cluster proxy; TokenReview and SubjectAccessReview; member reads;
 // the /readyz check) and the labeler's retry after a lost lease: without
 // them a request waits as long as the frozen process (the test's clients
-// give up after hungClientDeadline and the probe fails on its bound).
+// give up after hungClientDeadline and the probe fails on its bound). Run
+// once against the gateway before those deadlines existed, every case
+// failed: passthrough and authorize-mode reviews held ~45s while
+// karmada-apiserver hung (until the HTTP/2 health check dropped the
+// connection; the reviews then answered "authentication unavailable",
+// naming nothing); exec into a hung member, and exec, pods/log and
+// passthrough GETs while etcd hung, got no answer within 60s.
 //
 // Authorize mode where the gateway itself calls karmada-apiserver
 // (TokenReview, SubjectAccessReview) or members (the member-copy check);
