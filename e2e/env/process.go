@@ -143,6 +143,8 @@ func (p *process) stop(grace time.Duration) {
 	}
 	pgid := cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	// A process Freeze stopped acts on SIGTERM only once continued.
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 	select {
 	case <-done:
 	case <-time.After(grace):
