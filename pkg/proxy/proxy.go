@@ -495,15 +495,15 @@ var errUpgradeMismatch = errors.New("upstream switched to another protocol than 
 // closes the client connection after a refused upgrade so that nothing the
 // client sends next can be taken for tunnelled bytes. It has the streams
 // whose cut a member can make look like their end watched: SPDY exec and
-// attach for their exit status (statusWatch), log follows for their
-// container's end (followedLog).
+// attach for their exit status (streamfollow.Stream), log follows for their
+// container's end (streamfollow.FollowedLog).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	requested := upgradeType(res.Request.Header)
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		if got := upgradeType(res.Header); requested == "" || !strings.EqualFold(requested, got) {
 			return fmt.Errorf("%w: requested %q, got %q", errUpgradeMismatch, requested, got)
 		}
-		p.watchExitStatus(res)
+		p.followStream(res)
 		return nil
 	}
 	if requested != "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
 )
 
 // Defaults of how a log follow's clean end is judged (Options.LogEndWindow):
@@ -61,38 +62,10 @@ func (p *Proxy) watchLogFollow(res *http.Response) {
 		return
 	}
 	since := time.Now()
-	res.Body = &followedLog{ReadCloser: res.Body, check: func() error {
+	res.Body = &streamfollow.FollowedLog{ReadCloser: res.Body, Check: func() error {
 		return p.judgeLogEnd(out, state, q.Get("container"), since)
 	}}
 }
-
-// followedLog runs check when upstream ended the body cleanly; the error
-// it returns replaces the clean end.
-type followedLog struct {
-	io.ReadCloser
-	check func() error
-}
-
-func (b *followedLog) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && b.check != nil {
-		check := b.check
-		b.check = nil
-		if cut := check(); cut != nil {
-			return n, cut
-		}
-	}
-	return n, err
-}
-
-// logEnd is what the member's pod says of a followed container.
-type logEnd int
-
-const (
-	logEndRunning    logEnd = iota // the followed instance still runs: a cut
-	logEndReal                     // it ended, restarted, or the pod is gone
-	logEndUnverified               // the pod cannot be read or does not name it
-)
 
 // judgeLogEnd returns errLogFollowCut when the member's pod shows the
 // followed container still running for the whole window after upstream
@@ -105,13 +78,13 @@ func (p *Proxy) judgeLogEnd(out *http.Request, state *requestState, container st
 		"namespace", state.pod.Namespace, "pod", state.pod.Name, "container", container)
 	ctx, cancel := context.WithTimeout(parent, p.logEndWindow)
 	defer cancel()
-	verdict, lastErr := logEndRunning, error(nil)
+	verdict, lastErr := streamfollow.LogEndRunning, error(nil)
 	ticker := time.NewTicker(logEndPollInterval)
 	defer ticker.Stop()
 poll:
 	for {
 		verdict, lastErr = p.readLogEnd(ctx, out, state, container, since)
-		if verdict != logEndRunning {
+		if verdict != streamfollow.LogEndRunning {
 			break
 		}
 		select {
@@ -123,9 +96,9 @@ poll:
 	switch {
 	case parent.Err() != nil:
 		return nil // the client left: nobody to tell
-	case verdict == logEndReal:
+	case verdict == streamfollow.LogEndReal:
 		return nil
-	case verdict == logEndUnverified:
+	case verdict == streamfollow.LogEndUnverified:
 		p.metrics.StreamCutsTotal.WithLabelValues(state.route, metrics.CutUnreported).Inc()
 		logger.Info("Log follow ended; could not tell a cut from the container's end", "err", lastErr)
 		return nil
@@ -136,62 +109,29 @@ poll:
 }
 
 // readLogEnd reads the member's pod once, with the identity the log
-// request went with. An error is logEndRunning: a member that does not
+// request went with. An error is streamfollow.LogEndRunning: a member that does not
 // answer is no evidence of an end.
-func (p *Proxy) readLogEnd(ctx context.Context, out *http.Request, state *requestState, container string, since time.Time) (logEnd, error) {
+func (p *Proxy) readLogEnd(ctx context.Context, out *http.Request, state *requestState, container string, since time.Time) (streamfollow.LogEnd, error) {
 	path := karmada.ClusterProxyPath(state.cluster, "/api/v1/namespaces/"+state.pod.Namespace+"/pods/"+state.pod.Name) + "?resourceVersion=0"
 	res, err := p.getAccepting(ctx, out, upstreamIdentity{gateway: state.gatewayIdentity}, path, "application/json")
 	if err != nil {
-		return logEndRunning, err
+		return streamfollow.LogEndRunning, err
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, maxPodBodyBytes))
 	switch {
 	case err != nil:
-		return logEndRunning, err
+		return streamfollow.LogEndRunning, err
 	case res.StatusCode == http.StatusNotFound:
-		return logEndReal, nil
+		return streamfollow.LogEndReal, nil
 	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
-		return logEndUnverified, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
+		return streamfollow.LogEndUnverified, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
 	case res.StatusCode != http.StatusOK:
-		return logEndRunning, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
+		return streamfollow.LogEndRunning, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
 	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(body, &pod); err != nil {
-		return logEndRunning, fmt.Errorf("reading the pod: %w", err)
+		return streamfollow.LogEndRunning, fmt.Errorf("reading the pod: %w", err)
 	}
-	return containerEnd(&pod, container, since), nil
-}
-
-// containerEnd is what pod says of container's instance that was running
-// at since (clocks of the member's node and the gateway are compared:
-// restarts are told apart by time only when no other state shows them).
-func containerEnd(pod *corev1.Pod, container string, since time.Time) logEnd {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return logEndReal
-	}
-	if container == "" {
-		if len(pod.Spec.Containers) != 1 {
-			return logEndUnverified
-		}
-		container = pod.Spec.Containers[0].Name // as kube-apiserver defaults it
-	}
-	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for _, cs := range statuses {
-			if cs.Name != container {
-				continue
-			}
-			running := cs.State.Running
-			switch {
-			case running == nil: // terminated, or waiting to restart
-				return logEndReal
-			case running.StartedAt.After(since): // a later instance
-				return logEndReal
-			case cs.LastTerminationState.Terminated != nil && !cs.LastTerminationState.Terminated.FinishedAt.Time.Before(since.Truncate(time.Second)):
-				return logEndReal // the followed instance ended, a new one runs
-			}
-			return logEndRunning
-		}
-	}
-	return logEndUnverified
+	return streamfollow.ContainerEnd(&pod, container, since), nil
 }

@@ -1,0 +1,46 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
+)
+
+// followStream has the upgraded stream of res followed
+// (pkg/streamfollow): a cut of a protocol that promises an exit status is
+// told to the client and counted.
+func (p *Proxy) followStream(res *http.Response) {
+	body, ok := res.Body.(io.ReadWriteCloser)
+	state := stateFrom(res.Request.Context())
+	if !ok || state == nil {
+		return
+	}
+	proto := streamfollow.ProtocolOf(res.Header, state.route)
+	if !proto.PromisesExitStatus() {
+		return
+	}
+	route, where := state.route, state.upstreamName
+	logger := klog.FromContext(res.Request.Context()).WithValues("route", route, "upstream", state.upstreamName)
+	if state.cluster != "" {
+		where = fmt.Sprintf("member cluster %q", state.cluster)
+		logger = logger.WithValues("cluster", state.cluster, "namespace", state.pod.Namespace, "pod", state.pod.Name)
+	}
+	res.Body = streamfollow.NewStream(body, streamfollow.Options{
+		Protocol: proto,
+		Cut:      func() metav1.Status { return streamfollow.CutStatus(where) },
+		OnCut: func(end streamfollow.End) {
+			result := metrics.CutReported
+			if end == streamfollow.EndCutUnreported {
+				result = metrics.CutUnreported
+			}
+			p.metrics.StreamCutsTotal.WithLabelValues(route, result).Inc()
+			logger.Info("Upstream ended an exec stream without its exit status", "result", result)
+		},
+	})
+}
