@@ -2,15 +2,11 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
@@ -28,9 +24,6 @@ const (
 	defaultLogEndWindow = 10 * time.Second
 	logEndPollInterval  = 500 * time.Millisecond
 )
-
-// maxPodBodyBytes bounds what the gateway reads of a member's pod.
-const maxPodBodyBytes = 4 << 20
 
 // errLogFollowCut ends a follow the member cut: ReverseProxy aborts the
 // response (HTTP/1.1: no last chunk, HTTP/2: RST_STREAM), so the client
@@ -76,23 +69,11 @@ func (p *Proxy) judgeLogEnd(out *http.Request, state *requestState, container st
 	parent := out.Context()
 	logger := klog.FromContext(parent).WithValues("route", state.route, "cluster", state.cluster,
 		"namespace", state.pod.Namespace, "pod", state.pod.Name, "container", container)
-	ctx, cancel := context.WithTimeout(parent, p.logEndWindow)
-	defer cancel()
-	verdict, lastErr := streamfollow.LogEndRunning, error(nil)
-	ticker := time.NewTicker(logEndPollInterval)
-	defer ticker.Stop()
-poll:
-	for {
-		verdict, lastErr = p.readLogEnd(ctx, out, state, container, since)
-		if verdict != streamfollow.LogEndRunning {
-			break
-		}
-		select {
-		case <-ticker.C:
-		case <-ctx.Done():
-			break poll
-		}
-	}
+	path := karmada.ClusterProxyPath(state.cluster, "/api/v1/namespaces/"+state.pod.Namespace+"/pods/"+state.pod.Name) + "?resourceVersion=0"
+	verdict, lastErr := streamfollow.JudgeLogEnd(parent, p.logEndWindow, logEndPollInterval, func(ctx context.Context) (*http.Response, error) {
+		// With the identity the log request went with.
+		return p.getAccepting(ctx, out, upstreamIdentity{gateway: state.gatewayIdentity}, path, "application/json")
+	}, container, since)
 	switch {
 	case parent.Err() != nil:
 		return nil // the client left: nobody to tell
@@ -106,32 +87,4 @@ poll:
 	p.metrics.StreamCutsTotal.WithLabelValues(state.route, metrics.CutReported).Inc()
 	logger.Info("Log follow ended while its container runs; aborting the response", "window", p.logEndWindow, "lastErr", lastErr)
 	return errLogFollowCut
-}
-
-// readLogEnd reads the member's pod once, with the identity the log
-// request went with. An error is streamfollow.LogEndRunning: a member that does not
-// answer is no evidence of an end.
-func (p *Proxy) readLogEnd(ctx context.Context, out *http.Request, state *requestState, container string, since time.Time) (streamfollow.LogEnd, error) {
-	path := karmada.ClusterProxyPath(state.cluster, "/api/v1/namespaces/"+state.pod.Namespace+"/pods/"+state.pod.Name) + "?resourceVersion=0"
-	res, err := p.getAccepting(ctx, out, upstreamIdentity{gateway: state.gatewayIdentity}, path, "application/json")
-	if err != nil {
-		return streamfollow.LogEndRunning, err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, maxPodBodyBytes))
-	switch {
-	case err != nil:
-		return streamfollow.LogEndRunning, err
-	case res.StatusCode == http.StatusNotFound:
-		return streamfollow.LogEndReal, nil
-	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
-		return streamfollow.LogEndUnverified, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
-	case res.StatusCode != http.StatusOK:
-		return streamfollow.LogEndRunning, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(body, &pod); err != nil {
-		return streamfollow.LogEndRunning, fmt.Errorf("reading the pod: %w", err)
-	}
-	return streamfollow.ContainerEnd(&pod, container, since), nil
 }

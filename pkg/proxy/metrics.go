@@ -30,6 +30,8 @@ type responseWriter struct {
 	hijacked    bool
 	streamStart time.Time
 	streamOpen  bool
+	code        int
+	written     int64
 }
 
 func newResponseWriter(w http.ResponseWriter, m *metrics.RequestSeries, state *requestState) *responseWriter {
@@ -47,7 +49,10 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	if !w.wroteHeader && !w.hijacked {
 		w.recordHeader(http.StatusOK)
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.written += int64(n)
+	w.state.audit.wrote(w.code, b[:n])
+	return n, err
 }
 
 func (w *responseWriter) Flush() { _ = w.FlushError() }
@@ -74,7 +79,7 @@ func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *responseWriter) recordHeader(code int) {
-	w.wroteHeader = true
+	w.wroteHeader, w.code = true, code
 	route := w.state.route
 	w.metrics.Requests(route, code).Inc()
 	w.metrics.Duration(route).Observe(time.Since(w.start).Seconds())
@@ -83,6 +88,7 @@ func (w *responseWriter) recordHeader(code int) {
 		w.streamStart = time.Now()
 		w.metrics.ActiveStreams.WithLabelValues(route).Inc()
 	}
+	w.state.audit.header(code, w.streamOpen)
 }
 
 // finish runs when the request ends, also while a panic (ErrAbortHandler)
@@ -100,6 +106,7 @@ func (w *responseWriter) finish() {
 		w.metrics.ActiveStreams.WithLabelValues(route).Dec()
 		w.metrics.StreamDuration.WithLabelValues(route).Observe(time.Since(w.streamStart).Seconds())
 	}
+	w.state.audit.finish(w.code, w.written)
 }
 
 // upgradedConn is the client side of an upgraded connection. ReverseProxy

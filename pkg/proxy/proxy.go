@@ -74,6 +74,9 @@ type Options struct {
 	// is sent upstream. 0 is unlimited.
 	MaxStreams          int
 	MaxStreamsPerClient int
+	// Auditor, when set, is told of every request routed to a member
+	// cluster and every refusal of one (pkg/audit).
+	Auditor Auditor
 	// LogEndWindow bounds how long a pods/log follow that upstream ended
 	// cleanly is held while the member's pod is read to tell the
 	// container's end from a cut (see watchLogFollow); 0 is 10s.
@@ -93,6 +96,7 @@ type Proxy struct {
 	reverse    *httputil.ReverseProxy
 	limiter    *streamLimiter
 	events     EventsMerger
+	auditor    Auditor
 	// logEndWindow is Options.LogEndWindow, defaulted.
 	logEndWindow time.Duration
 
@@ -146,6 +150,7 @@ func New(opts Options) (*Proxy, error) {
 		series:       metrics.NewRequestSeries(opts.Metrics),
 		limiter:      newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
 		logEndWindow: opts.LogEndWindow,
+		auditor:      opts.Auditor,
 		idle:         make(chan struct{}),
 	}
 	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
@@ -204,6 +209,11 @@ type requestState struct {
 	// caller is the identity passthrough sends the request with, for the
 	// EventsMerger's reads (serveEvents).
 	caller upstreamIdentity
+	// authorized is the caller authorize mode allowed, refusedBy why it
+	// did not; audit is the request's audit trail (nil without Auditor).
+	authorized *identity.Caller
+	refusedBy  error
+	audit      *auditRecord
 }
 
 type stateKey struct{}
@@ -221,6 +231,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	state := &requestState{
 		route: metrics.RoutePassthrough, upstreamName: upstreamKarmada,
 		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r),
+	}
+	if p.auditor != nil {
+		state.audit = p.newAuditRecord(r, state)
 	}
 	rw := newResponseWriter(w, p.series, state)
 	defer rw.finish()
@@ -304,6 +317,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // returns false.
 func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
+	stateFrom(r.Context()).authorizedBy(caller, err)
 	if err != nil {
 		logger.V(2).Info("Request not authorized", "err", err)
 		apiresponse.WriteStatus(w, err)

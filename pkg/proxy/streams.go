@@ -14,7 +14,8 @@ import (
 
 // followStream has the upgraded stream of res followed
 // (pkg/streamfollow): a cut of a protocol that promises an exit status is
-// told to the client and counted.
+// told to the client and counted; an audited stream's Summary completes
+// its audit event.
 func (p *Proxy) followStream(res *http.Response) {
 	body, ok := res.Body.(io.ReadWriteCloser)
 	state := stateFrom(res.Request.Context())
@@ -22,7 +23,7 @@ func (p *Proxy) followStream(res *http.Response) {
 		return
 	}
 	proto := streamfollow.ProtocolOf(res.Header, state.route)
-	if !proto.PromisesExitStatus() {
+	if !proto.PromisesExitStatus() && state.audit == nil {
 		return
 	}
 	route, where := state.route, state.upstreamName
@@ -31,7 +32,7 @@ func (p *Proxy) followStream(res *http.Response) {
 		where = fmt.Sprintf("member cluster %q", state.cluster)
 		logger = logger.WithValues("cluster", state.cluster, "namespace", state.pod.Namespace, "pod", state.pod.Name)
 	}
-	res.Body = streamfollow.NewStream(body, streamfollow.Options{
+	opts := streamfollow.Options{
 		Protocol: proto,
 		Cut:      func() metav1.Status { return streamfollow.CutStatus(where) },
 		OnCut: func(end streamfollow.End) {
@@ -42,5 +43,18 @@ func (p *Proxy) followStream(res *http.Response) {
 			p.metrics.StreamCutsTotal.WithLabelValues(route, result).Inc()
 			logger.Info("Upstream ended an exec stream without its exit status", "result", result)
 		},
-	})
+	}
+	if a := state.audit; a != nil {
+		a.streamFollowed(negotiated(res.Header))
+		opts.OnEnd = a.streamEnded
+	}
+	res.Body = streamfollow.NewStream(body, opts)
+}
+
+// negotiated is the subprotocol a 101 names.
+func negotiated(h http.Header) string {
+	if v := h.Get("X-Stream-Protocol-Version"); v != "" {
+		return v
+	}
+	return h.Get("Sec-Websocket-Protocol")
 }

@@ -37,6 +37,13 @@ type execEnv struct {
 
 func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	t.Helper()
+	return newExecEnvWith(t, configure, Options{})
+}
+
+// newExecEnvWith is newExecEnv with a gateway built from opts (its
+// Upstream set here).
+func newExecEnvWith(t *testing.T, configure func(*execServer), opts Options) *execEnv {
+	t.Helper()
 	hellos := &helloRecorder{}
 	es := newExecServer(t, karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/job-42/exec"), hellos)
 	if configure != nil {
@@ -48,7 +55,8 @@ func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	upstream.StartTLS()
 	t.Cleanup(upstream.Close)
 
-	p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream)})
+	opts.Upstream = tlsUpstreamConfig(upstream)
+	p := newTestProxy(t, opts)
 	gw := httptest.NewUnstartedServer(p)
 	gw.StartTLS()
 	t.Cleanup(gw.Close)

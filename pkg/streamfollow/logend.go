@@ -1,7 +1,11 @@
 package streamfollow
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,4 +73,55 @@ func ContainerEnd(pod *corev1.Pod, container string, since time.Time) LogEnd {
 		}
 	}
 	return LogEndUnverified
+}
+
+// maxPodBodyBytes bounds what is read of a member's pod.
+const maxPodBodyBytes = 4 << 20
+
+// JudgeLogEnd reads the member's pod with get every interval until it
+// shows the end of container's instance that was running at since, for at
+// most window, and returns the last verdict and the last error. A member
+// that does not answer, or answers an error, is no evidence of an end
+// (LogEndRunning); one that refuses the read (401, 403) leaves the end
+// unverified; a pod gone (404) ended it.
+func JudgeLogEnd(ctx context.Context, window, interval time.Duration, get func(context.Context) (*http.Response, error), container string, since time.Time) (LogEnd, error) {
+	ctx, cancel := context.WithTimeout(ctx, window)
+	defer cancel()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		verdict, err := readLogEnd(ctx, get, container, since)
+		if verdict != LogEndRunning {
+			return verdict, err
+		}
+		select {
+		case <-ticker.C:
+		case <-ctx.Done():
+			return verdict, err
+		}
+	}
+}
+
+func readLogEnd(ctx context.Context, get func(context.Context) (*http.Response, error), container string, since time.Time) (LogEnd, error) {
+	res, err := get(ctx)
+	if err != nil {
+		return LogEndRunning, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxPodBodyBytes))
+	switch {
+	case err != nil:
+		return LogEndRunning, err
+	case res.StatusCode == http.StatusNotFound:
+		return LogEndReal, nil
+	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
+		return LogEndUnverified, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
+	case res.StatusCode != http.StatusOK:
+		return LogEndRunning, fmt.Errorf("reading the pod: HTTP %d", res.StatusCode)
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(body, &pod); err != nil {
+		return LogEndRunning, fmt.Errorf("reading the pod: %w", err)
+	}
+	return ContainerEnd(&pod, container, since), nil
 }

@@ -63,7 +63,8 @@ const (
 	// exit status came, or the protocol promises none).
 	EndCompleted End = "completed"
 	// EndClientClosed: the gateway closed the stream before upstream
-	// ended it: the client left or the request was cancelled.
+	// ended it and before any exit status: the client left or the request
+	// was cancelled.
 	EndClientClosed End = "client_closed"
 	// EndCutReported: upstream ended it without the exit status its
 	// protocol promises; the client was told (Options.Cut).
@@ -324,6 +325,10 @@ func (s *Stream) Summary() Summary {
 	}
 	if s.follow != nil {
 		sum.Status = s.follow.status()
+	}
+	if sum.End == EndClientClosed && sum.Status != nil {
+		// The exit status came: the client closing after it is the end.
+		sum.End = EndCompleted
 	}
 	return sum
 }
