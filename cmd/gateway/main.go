@@ -52,7 +52,7 @@ func main() {
 }
 
 func run(ctx context.Context, o *options) error {
-	if err := o.validate(); err != nil {
+	if err := errors.Join(o.validate(), o.audit.validate()); err != nil {
 		return err
 	}
 	logger := klog.FromContext(ctx)
@@ -152,6 +152,14 @@ func run(ctx context.Context, o *options) error {
 			return err
 		}
 		popts.Authorizer = a
+	}
+	auditor, stopAudit, err := o.audit.start(reg)
+	if err != nil {
+		return err
+	}
+	defer stopAudit() // after the streams drained: their last events are written
+	if auditor != nil {
+		popts.Auditor = auditor
 	}
 	px, err := proxy.New(popts)
 	if err != nil {

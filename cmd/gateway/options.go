@@ -40,11 +40,12 @@ type options struct {
 	enableServiceProxy  bool
 	mergeMemberEvents   bool
 	profiling           bool
+	audit               *auditOptions
 }
 
 // bindFlags registers every flag; the README's flag table mirrors this list.
 func bindFlags(fs *flag.FlagSet) *options {
-	o := &options{}
+	o := &options{audit: bindAuditFlags(fs)}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of karmada-apiserver (the gateway's own identity); empty uses the in-cluster config")
 	fs.StringVar(&o.bindAddr, "bind-address", ":8443", "address the proxy serves on")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM) for the proxy")

@@ -60,25 +60,26 @@ func (s *FileSink) Enqueue(event []byte) bool {
 	}
 }
 
-// Run writes events as they come until ctx ends, then those already
-// enqueued (writing a file needs no more than drain allows).
+// Run writes events as they come, one line each, until ctx ends, then
+// those already enqueued (writing a file needs no more than drain allows).
 func (s *FileSink) Run(ctx context.Context, _ time.Duration) {
 	defer func() {
 		if s.f != nil {
 			_ = s.f.Close()
 		}
 	}()
-	var batch []byte
+	var line []byte
 	for {
 		select {
 		case ev := <-s.ch:
-			batch = s.collect(append(batch[:0], ev...))
-			s.write(batch)
+			line = append(append(line[:0], ev...), '\n')
+			s.write(line)
 		case <-ctx.Done():
 			for {
 				select {
 				case ev := <-s.ch:
-					s.write(s.collect(append(batch[:0], ev...)))
+					line = append(append(line[:0], ev...), '\n')
+					s.write(line)
 				default:
 					return
 				}
@@ -87,51 +88,30 @@ func (s *FileSink) Run(ctx context.Context, _ time.Duration) {
 	}
 }
 
-// collect appends what else is enqueued, up to the rotation size, one
-// event per line.
-func (s *FileSink) collect(batch []byte) []byte {
-	batch = append(batch, '\n')
-	for int64(len(batch)) < s.opts.MaxSize {
-		select {
-		case ev := <-s.ch:
-			batch = append(append(batch, ev...), '\n')
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
 func (s *FileSink) write(b []byte) {
 	if s.size > 0 && s.size+int64(len(b)) > s.opts.MaxSize {
 		if err := s.rotate(); err != nil {
-			s.fail(err, b)
+			s.fail(err)
 			return
 		}
 	}
 	if s.f == nil {
 		if err := s.open(); err != nil {
-			s.fail(err, b)
+			s.fail(err)
 			return
 		}
 	}
 	n, err := s.f.Write(b)
 	s.size += int64(n)
 	if err != nil {
-		s.fail(err, b)
+		s.fail(err)
 	}
 }
 
-func (s *FileSink) fail(err error, b []byte) {
+func (s *FileSink) fail(err error) {
 	s.metrics.Errors.WithLabelValues(s.Name()).Inc()
-	lines := 0
-	for _, c := range b {
-		if c == '\n' {
-			lines++
-		}
-	}
-	s.metrics.Dropped.WithLabelValues(s.Name()).Add(float64(lines))
-	klog.Background().Error(err, "Writing the audit log", "path", s.opts.Path, "events", lines)
+	s.metrics.Dropped.WithLabelValues(s.Name()).Inc()
+	klog.Background().Error(err, "Writing the audit log", "path", s.opts.Path)
 }
 
 func (s *FileSink) open() error {
