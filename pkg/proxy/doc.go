@@ -82,13 +82,12 @@
 //     headers, and x509 callers are impersonated by the gateway.
 //   - Limits (limit.go): streams (isStreamRequest, decided for every request
 //     before routing: any Upgrade, watch or follow on any path, /watch/
-//     paths, pods/services/nodes proxy, below cluster proxies too) hold a slot of
-//     MaxStreams and of MaxStreamsPerClient for the client's identity
-//     (identity.ClientKey: a SHA-256 of its bearer token, a certificate
-//     subject the Authorizer verified, else its IP) for as long as they stream; over either limit
-//     the client gets 429 with Retry-After before anything goes upstream.
+//     paths, pods/services/nodes proxy, below cluster proxies too) hold a
+//     slot of pkg/streamlimit for the client's identity.ClientKey for as
+//     long as they stream; over a limit the client gets 429 before
+//     anything goes upstream.
+//   - Audit (audit.go): with Options.Auditor, the request's audit.Trail is
+//     told its response and its stream's end (pkg/audit).
 //   - Drain: Shutdown refuses new requests with 503 and waits for in-flight
-//     ones, including hijacked streams http.Server.Shutdown does not track;
-//     when its context ends it cancels them (each request's context derives
-//     from an internal one).
+//     ones, hijacked streams included (pkg/inflight), then cuts them.
 package proxy

@@ -21,9 +21,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/inflight"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamlimit"
 )
 
 // AuthMode selects who authenticates and authorizes requests.
@@ -94,21 +98,13 @@ type Proxy struct {
 	series     *metrics.RequestSeries
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
-	limiter    *streamLimiter
+	limiter    *streamlimit.Limiter
 	events     EventsMerger
 	auditor    Auditor
 	// logEndWindow is Options.LogEndWindow, defaulted.
 	logEndWindow time.Duration
-
-	// drainCtx parents every request's context; cancelling it cuts them all.
-	drainCtx    context.Context
-	cancelDrain context.CancelFunc
-
-	mu       sync.Mutex
-	draining bool
-	inFlight int
-	idle     chan struct{}
-	idleOnce sync.Once
+	// inflight parents every request's context and drains them.
+	inflight *inflight.Tracker
 }
 
 // New builds a Proxy from opts.
@@ -148,12 +144,11 @@ func New(opts Options) (*Proxy, error) {
 		authorizer:   opts.Authorizer,
 		metrics:      opts.Metrics,
 		series:       metrics.NewRequestSeries(opts.Metrics),
-		limiter:      newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
+		limiter:      streamlimit.New(opts.MaxStreams, opts.MaxStreamsPerClient),
 		logEndWindow: opts.LogEndWindow,
 		auditor:      opts.Auditor,
-		idle:         make(chan struct{}),
+		inflight:     inflight.New(),
 	}
-	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:   p.rewriteRequest,
 		Transport: roundTripperFunc(p.roundTrip),
@@ -213,7 +208,7 @@ type requestState struct {
 	// did not; audit is the request's audit trail (nil without Auditor).
 	authorized *identity.Caller
 	refusedBy  error
-	audit      *auditRecord
+	audit      *audit.Trail
 }
 
 type stateKey struct{}
@@ -233,17 +228,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r),
 	}
 	if p.auditor != nil {
-		state.audit = p.newAuditRecord(r, state)
+		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided)
 	}
-	rw := newResponseWriter(w, p.series, state)
-	defer rw.finish()
+	var hooks metrics.ResponseHooks
+	if state.audit != nil {
+		hooks = state.audit
+	}
+	rw := metrics.NewResponseWriter(w, p.series, func() metrics.RequestInfo {
+		return metrics.RequestInfo{Route: state.route, Stream: state.stream, ClientGone: state.clientGone}
+	}, hooks)
+	rw.WrapHijacked = serving.Lingering
+	defer rw.Finish()
 
-	if !p.enter() {
+	if !p.inflight.Enter() {
 		rw.Header().Set("Connection", "close")
 		apiresponse.WriteStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
 		return
 	}
-	defer p.leave()
+	defer p.inflight.Leave()
 	// ReverseProxy returns only when the stream ended, upgraded ones
 	// included, so a slot is held exactly as long as the stream.
 	defer func() {
@@ -257,7 +259,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// also cancelled when a drain runs out of time.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stop := context.AfterFunc(p.drainCtx, cancel)
+	stop := context.AfterFunc(p.inflight.Context(), cancel)
 	defer stop()
 	ctx = context.WithValue(ctx, stateKey{}, state)
 
@@ -533,7 +535,7 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
 	state := stateFrom(ctx)
 	logger := klog.FromContext(ctx).WithValues("method", r.Method, "path", r.URL.EscapedPath(), "route", state.route, "upstream", state.upstreamName)
-	if rw, ok := w.(*responseWriter); ok && rw.hijacked {
+	if rw, ok := w.(*metrics.ResponseWriter); ok && rw.Hijacked() {
 		logger.V(2).Info("Upgraded stream ended with an error", "err", err)
 		return
 	}
@@ -544,7 +546,7 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 			Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
 			Message: fmt.Sprintf("error upgrading the connection through %s: %v", state.upstreamName, err),
 		}})
-	case ctx.Err() != nil && p.drainCtx.Err() != nil:
+	case ctx.Err() != nil && p.inflight.Context().Err() != nil:
 		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
 	case ctx.Err() != nil:
 		// The client went away; there is nobody to answer.
@@ -561,39 +563,8 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 // cancels them all and returns ctx.Err(). Run it alongside
 // http.Server.Shutdown, which does not wait for hijacked connections.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.mu.Lock()
-	p.draining = true
-	if p.inFlight == 0 {
-		p.idleOnce.Do(func() { close(p.idle) })
-	}
-	p.mu.Unlock()
 	defer p.upstream.closeIdleConnections()
-	select {
-	case <-p.idle:
-		return nil
-	case <-ctx.Done():
-		p.cancelDrain()
-		return ctx.Err()
-	}
-}
-
-func (p *Proxy) enter() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.draining {
-		return false
-	}
-	p.inFlight++
-	return true
-}
-
-func (p *Proxy) leave() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.inFlight--
-	if p.draining && p.inFlight == 0 {
-		p.idleOnce.Do(func() { close(p.idle) })
-	}
+	return p.inflight.Shutdown(ctx)
 }
 
 // upgradeType is the requested protocol, as ReverseProxy determines it.

@@ -45,8 +45,8 @@ func (p *Proxy) followStream(res *http.Response) {
 		},
 	}
 	if a := state.audit; a != nil {
-		a.streamFollowed(negotiated(res.Header))
-		opts.OnEnd = a.streamEnded
+		a.StreamFollowed(negotiated(res.Header))
+		opts.OnEnd = a.StreamEnded
 	}
 	res.Body = streamfollow.NewStream(body, opts)
 }

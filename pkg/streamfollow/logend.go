@@ -3,13 +3,72 @@ package streamfollow
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
 
 	corev1 "k8s.io/api/core/v1"
 )
+
+// ErrLogFollowCut ends a follow the member cut: ReverseProxy aborts the
+// response (HTTP/1.1: no last chunk, HTTP/2: RST_STREAM), so the client
+// reads an unexpected EOF instead of a clean end.
+var ErrLogFollowCut = errors.New("log follow cut by the member cluster while the container runs")
+
+// LogFollowOptions configures FollowLog.
+type LogFollowOptions struct {
+	// Get reads the member's pod.
+	Get func(context.Context) (*http.Response, error)
+	// Window bounds how long a clean end is held while the pod is read,
+	// every Interval (JudgeLogEnd).
+	Window, Interval time.Duration
+	// OnVerdict is told a clean end found a cut (LogEndRunning: the
+	// response is aborted with ErrLogFollowCut) or could not tell
+	// (LogEndUnverified: the end stays clean), with the last error.
+	OnVerdict func(LogEnd, error)
+}
+
+// FollowLog has the pods/log response res judged when upstream ends it
+// cleanly, if it is a follow of the current container (GET, follow, not
+// previous=true: that one ended long ago; not limitBytes: it ends early by
+// design), and reports whether it is. kube-apiserver ends a proxied log
+// body with a clean last chunk also when the kubelet died, so the end is
+// checked against the member's pod: the container's instance ends for
+// real only when it stops running (or the pod goes).
+func FollowLog(res *http.Response, opts LogFollowOptions) bool {
+	out := res.Request
+	q := out.URL.Query()
+	if out.Method != http.MethodGet || !queryBool(q, "follow") || queryBool(q, "previous") || q.Has("limitBytes") {
+		return false
+	}
+	since, container := time.Now(), q.Get("container")
+	res.Body = &FollowedLog{ReadCloser: res.Body, Check: func() error {
+		ctx := out.Context()
+		verdict, err := JudgeLogEnd(ctx, opts.Window, opts.Interval, opts.Get, container, since)
+		if ctx.Err() != nil || verdict == LogEndReal { // the client left: nobody to tell
+			return nil
+		}
+		opts.OnVerdict(verdict, err)
+		if verdict == LogEndUnverified {
+			return nil
+		}
+		return ErrLogFollowCut
+	}}
+	return true
+}
+
+// queryBool reads key as kube-apiserver's bool conversion does: present
+// with anything but 0 or false.
+func queryBool(q url.Values, key string) bool {
+	var on bool
+	v, ok := q[key]
+	return ok && runtime.Convert_Slice_string_To_bool(&v, &on, nil) == nil && on
+}
 
 // FollowedLog is a pods/log follow body whose clean end is checked: Check
 // runs once, when upstream ended the body cleanly, and the error it
