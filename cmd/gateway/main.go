@@ -161,6 +161,9 @@ func run(ctx context.Context, o *options) error {
 	if auditor != nil {
 		popts.Auditor = auditor
 	}
+	if popts.Recorder, err = o.recording.build(reg); err != nil {
+		return err
+	}
 	px, err := proxy.New(popts)
 	if err != nil {
 		return err

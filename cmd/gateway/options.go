@@ -41,11 +41,12 @@ type options struct {
 	mergeMemberEvents   bool
 	profiling           bool
 	audit               *auditOptions
+	recording           *recordingOptions
 }
 
 // bindFlags registers every flag; the README's flag table mirrors this list.
 func bindFlags(fs *flag.FlagSet) *options {
-	o := &options{audit: bindAuditFlags(fs)}
+	o := &options{audit: bindAuditFlags(fs), recording: bindRecordingFlags(fs)}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of karmada-apiserver (the gateway's own identity); empty uses the in-cluster config")
 	fs.StringVar(&o.bindAddr, "bind-address", ":8443", "address the proxy serves on")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM) for the proxy")

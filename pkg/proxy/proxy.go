@@ -26,6 +26,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/inflight"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamlimit"
 )
@@ -79,8 +80,10 @@ type Options struct {
 	MaxStreams          int
 	MaxStreamsPerClient int
 	// Auditor, when set, is told of every request routed to a member
-	// cluster and every refusal of one (pkg/audit).
-	Auditor Auditor
+	// cluster and every refusal of one (pkg/audit); Recorder records exec
+	// and attach sessions (pkg/recording).
+	Auditor  Auditor
+	Recorder *recording.Recorder
 	// LogEndWindow bounds how long a pods/log follow that upstream ended
 	// cleanly is held while the member's pod is read to tell the
 	// container's end from a cut (see watchLogFollow); 0 is 10s.
@@ -101,6 +104,7 @@ type Proxy struct {
 	limiter    *streamlimit.Limiter
 	events     EventsMerger
 	auditor    Auditor
+	recorder   *recording.Recorder
 	// logEndWindow is Options.LogEndWindow, defaulted.
 	logEndWindow time.Duration
 	// inflight parents every request's context and drains them.
@@ -147,6 +151,7 @@ func New(opts Options) (*Proxy, error) {
 		limiter:      streamlimit.New(opts.MaxStreams, opts.MaxStreamsPerClient),
 		logEndWindow: opts.LogEndWindow,
 		auditor:      opts.Auditor,
+		recorder:     opts.Recorder,
 		inflight:     inflight.New(),
 	}
 	p.reverse = &httputil.ReverseProxy{
@@ -519,8 +524,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		if got := upgradeType(res.Header); requested == "" || !strings.EqualFold(requested, got) {
 			return fmt.Errorf("%w: requested %q, got %q", errUpgradeMismatch, requested, got)
 		}
-		p.followStream(res)
-		return nil
+		return p.followStream(res)
 	}
 	if requested != "" {
 		res.Header.Set("Connection", "close")

@@ -15,16 +15,17 @@ import (
 // followStream has the upgraded stream of res followed
 // (pkg/streamfollow): a cut of a protocol that promises an exit status is
 // told to the client and counted; an audited stream's Summary completes
-// its audit event.
-func (p *Proxy) followStream(res *http.Response) {
+// its audit event; a recorded one is recorded. An error refuses the stream
+// (a recording that fails closed).
+func (p *Proxy) followStream(res *http.Response) error {
 	body, ok := res.Body.(io.ReadWriteCloser)
 	state := stateFrom(res.Request.Context())
 	if !ok || state == nil {
-		return
+		return nil
 	}
 	proto := streamfollow.ProtocolOf(res.Header, state.route)
-	if !proto.PromisesExitStatus() && state.audit == nil {
-		return
+	if !proto.PromisesExitStatus() && state.audit == nil && p.recorder == nil {
+		return nil
 	}
 	route, where := state.route, state.upstreamName
 	logger := klog.FromContext(res.Request.Context()).WithValues("route", route, "upstream", state.upstreamName)
@@ -48,7 +49,17 @@ func (p *Proxy) followStream(res *http.Response) {
 		a.StreamFollowed(negotiated(res.Header))
 		opts.OnEnd = a.StreamEnded
 	}
+	if p.recorder != nil {
+		name, err := p.recorder.Follow(res.Request, state.route, &opts, func() { _ = body.Close() })
+		if err != nil {
+			return err
+		}
+		if name != "" && state.audit != nil {
+			state.audit.SetRecording(name)
+		}
+	}
 	res.Body = streamfollow.NewStream(body, opts)
+	return nil
 }
 
 // negotiated is the subprotocol a 101 names.
