@@ -136,7 +136,9 @@ fuzz:
 	$(GO) test ./pkg/identity -run "^$$" -fuzz FuzzStripHeaders -fuzztime 15s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzAuthorizeModeHeaders -fuzztime 30s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzServiceProxyRewrite -fuzztime 30s
-	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzFrameScanner -fuzztime 15s
+	$(GO) test ./pkg/streamfollow -run "^$$" -fuzz '^FuzzSPDYScanner$$' -fuzztime 15s
+	$(GO) test ./pkg/streamfollow -run "^$$" -fuzz '^FuzzSPDYChannels$$' -fuzztime 15s
+	$(GO) test ./pkg/streamfollow -run "^$$" -fuzz '^FuzzWebSocketReader$$' -fuzztime 15s
 
 ## soak: mixed passthrough traffic and concurrent checksummed streams through
 ## the proxy on loopback; SOAK=1m is what CI runs.

@@ -42,7 +42,7 @@ func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 
 // newExecEnvWith is newExecEnv with a gateway built from opts (its
 // Upstream set here).
-func newExecEnvWith(t *testing.T, configure func(*execServer), opts Options) *execEnv {
+func newExecEnvWith(t testing.TB, configure func(*execServer), opts Options) *execEnv {
 	t.Helper()
 	hellos := &helloRecorder{}
 	es := newExecServer(t, karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/job-42/exec"), hellos)
@@ -69,7 +69,7 @@ func newExecEnvWith(t *testing.T, configure func(*execServer), opts Options) *ex
 	}}
 }
 
-func (e *execEnv) url(t *testing.T, target string) *url.URL {
+func (e *execEnv) url(t testing.TB, target string) *url.URL {
 	u, err := url.Parse(e.gateway.URL + target)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func (e *execEnv) url(t *testing.T, target string) *url.URL {
 	return u
 }
 
-func (e *execEnv) executor(t *testing.T, kind, target string) remotecommand.Executor {
+func (e *execEnv) executor(t testing.TB, kind, target string) remotecommand.Executor {
 	t.Helper()
 	u := e.url(t, target)
 	spdyExec, err := remotecommand.NewSPDYExecutor(e.client, "POST", u)
