@@ -60,13 +60,19 @@ func (o *auditOptions) validate() error {
 	return nil
 }
 
-// build is the Auditor the flags ask for, its collectors on reg, or nil
-// when neither sink is configured.
+// build is the Auditor the flags ask for, or nil when neither sink is
+// configured. Its collectors are on reg either way, at 0 for both sinks:
+// the dashboard's panel and the alerts read a series that exists.
 func (o *auditOptions) build(reg prometheus.Registerer) (*audit.Auditor, error) {
+	m := audit.NewMetrics(reg)
+	for _, sink := range []string{"log", "webhook"} {
+		m.Events.WithLabelValues(sink)
+		m.Dropped.WithLabelValues(sink)
+		m.Errors.WithLabelValues(sink)
+	}
 	if o.logPath == "" && o.webhookConfig == "" {
 		return nil, nil
 	}
-	m := audit.NewMetrics(reg)
 	var sinks []audit.Sink
 	if o.logPath != "" {
 		s, err := audit.NewFileSink(audit.FileOptions{
