@@ -37,7 +37,7 @@ image: ca-certificates
 ## busybox-static, gcc for Kubernetes' pause.c, iproute2). The pods' images
 ## are built from those locally when an environment starts (cached in
 ## _output/images).
-tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/helm karmada etcd node-runtime shellcheck prometheus
+tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/helm karmada etcd node-runtime shellcheck prometheus asciinema
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
 	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-apiserver $@
@@ -89,6 +89,12 @@ shellcheck:
 prometheus:
 	@hack/install-prometheus.sh
 
+## asciinema: Debian's asciinema, which plays the session recordings the
+## gateway writes (pkg/proxy TestTTYSessionRecordedAndPlayed).
+.PHONY: asciinema
+asciinema:
+	@command -v asciinema >/dev/null || hack/install-debian.sh asciinema
+
 ## test: the whole suite — unit tests of both modules, then the real e2e environment.
 test: vet unit e2e
 
@@ -96,7 +102,7 @@ vet:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 
-unit: $(BIN)/helm shellcheck prometheus ca-certificates
+unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 	$(GO) test -race -count=1 ./...
 	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 
@@ -130,7 +136,9 @@ fuzz:
 	$(GO) test ./pkg/identity -run "^$$" -fuzz FuzzStripHeaders -fuzztime 15s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzAuthorizeModeHeaders -fuzztime 30s
 	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzServiceProxyRewrite -fuzztime 30s
-	$(GO) test ./pkg/proxy -run "^$$" -fuzz FuzzFrameScanner -fuzztime 15s
+	$(GO) test ./pkg/streamfollow -run "^$$" -fuzz '^FuzzSPDYScanner$$' -fuzztime 15s
+	$(GO) test ./pkg/streamfollow -run "^$$" -fuzz '^FuzzSPDYChannels$$' -fuzztime 15s
+	$(GO) test ./pkg/streamfollow -run "^$$" -fuzz '^FuzzWebSocketReader$$' -fuzztime 15s
 
 ## soak: mixed passthrough traffic and concurrent checksummed streams through
 ## the proxy on loopback; SOAK=1m is what CI runs.

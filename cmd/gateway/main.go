@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -52,7 +53,7 @@ func main() {
 }
 
 func run(ctx context.Context, o *options) error {
-	if err := o.validate(); err != nil {
+	if err := errors.Join(o.validate(), o.audit.validate()); err != nil {
 		return err
 	}
 	logger := klog.FromContext(ctx)
@@ -164,6 +165,17 @@ func run(ctx context.Context, o *options) error {
 			return err
 		}
 		popts.Authorizer = a
+	}
+	auditor, stopAudit, err := o.audit.start(reg)
+	if err != nil {
+		return err
+	}
+	defer stopAudit() // after the streams drained: their last events are written
+	if auditor != nil {
+		popts.Auditor = auditor
+	}
+	if popts.Recorder, err = o.recording.build(reg); err != nil {
+		return err
 	}
 	px, err := proxy.New(popts)
 	if err != nil {

@@ -42,6 +42,8 @@ type options struct {
 	enableServiceProxy  bool
 	mergeMemberEvents   bool
 	profiling           bool
+	audit               *auditOptions
+	recording           *recordingOptions
 
 	upstreamHeaderTimeout time.Duration
 	authTimeout           time.Duration
@@ -51,7 +53,7 @@ type options struct {
 
 // bindFlags registers every flag; the README's flag table mirrors this list.
 func bindFlags(fs *flag.FlagSet) *options {
-	o := &options{}
+	o := &options{audit: bindAuditFlags(fs), recording: bindRecordingFlags(fs)}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of karmada-apiserver (the gateway's own identity); empty uses the in-cluster config")
 	fs.StringVar(&o.bindAddr, "bind-address", ":8443", "address the proxy serves on")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM) for the proxy")

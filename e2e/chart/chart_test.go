@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -635,15 +636,25 @@ func TestKarmadaApiserverTarget(t *testing.T) {
 	}
 }
 
-// metricNames lists every series name pkg/metrics exports (with the
-// histogram suffixes), so alerts and panels cannot reference a metric that
-// does not exist.
+// metricNames lists every series name pkg/metrics and pkg/audit export
+// (with the histogram suffixes), so alerts and panels cannot reference a
+// metric that does not exist.
 func metricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
 	names := map[string]bool{"up": true}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for _, m := range []any{metrics.New(reg), audit.NewMetrics(reg)} {
+		collectorNames(m, fqName, names)
+	}
+	if !names["karmada_gateway_requests_total"] || !names["karmada_gateway_audit_events_dropped_total"] {
+		t.Fatalf("could not read metric names from pkg/metrics and pkg/audit: %v", names)
+	}
+	return names
+}
+
+// collectorNames adds the series names of the collectors in m's fields.
+func collectorNames(m any, fqName *regexp.Regexp, names map[string]bool) {
 	v := reflect.ValueOf(m).Elem()
 	for i := range v.NumField() {
 		c, ok := v.Field(i).Interface().(prometheus.Collector)
@@ -660,10 +671,6 @@ func metricNames(t *testing.T) map[string]bool {
 			}
 		}
 	}
-	if !names["karmada_gateway_requests_total"] {
-		t.Fatalf("could not read metric names from pkg/metrics: %v", names)
-	}
-	return names
 }
 
 var seriesRef = regexp.MustCompile(`\b(karmada_gateway_[a-z_]+|up)\{`)
@@ -723,7 +730,8 @@ func TestMonitoring(t *testing.T) {
 	}
 	wantAlerts := []string{"KarmadaGatewayDown", "KarmadaGatewayRewrittenRoute5xx", "KarmadaGatewayLabelerNotLeading",
 		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable",
-		"KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring"}
+		"KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring",
+		"KarmadaGatewayAuditEventsLost", "KarmadaGatewayAuditSinkFailing"}
 	if !slices.Equal(alerts, wantAlerts) {
 		t.Errorf("alerts = %q, want %q", alerts, wantAlerts)
 	}

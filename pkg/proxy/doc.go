@@ -51,21 +51,15 @@
 //     TestProxyUpgradeErrorResponseTerminates); and when upstream ends an
 //     upgraded stream, the client connection is half-closed and then closed
 //     after a short linger instead of waiting on the client forever.
-//   - Stream cuts (streamcut.go, logend.go): a member whose kubelet or
+//   - Stream cuts (streams.go, logfollow.go): a member whose kubelet or
 //     container runtime dies ends streams the way they end when complete,
-//     so the gateway tells the client instead of relaying the silence. A
-//     SPDY upgrade with v4.channel.k8s.io, whose server always writes a
-//     Status on the error stream, is followed frame by frame (headers only:
-//     nothing is held back or copied but client control frames); if
-//     upstream ends it without a Status while the client is there, a DATA
-//     frame with FIN carrying a Failure naming the member goes to the client
-//     on the error stream at a frame boundary. A rewritten pods/log follow
-//     that upstream ends cleanly is checked against the member's pod for a
-//     bounded window (Options.LogEndWindow): a container still running is a
-//     cut, and the response is aborted. A WebSocket exec or attach with
-//     v4 or v5 channels is followed the same way (server frames; a close
-//     frame or a message on channel 3 is an end) and gets the Failure on
-//     channel 3 and a normal close frame.
+//     so the gateway tells the client instead of relaying the silence.
+//     Upgraded exec and attach streams whose protocol promises an exit
+//     status are followed by pkg/streamfollow, which appends a Failure
+//     naming the member when upstream ends one without a status; a
+//     rewritten pods/log follow that upstream ends cleanly is checked
+//     against the member's pod for Options.LogEndWindow, and aborted when
+//     the container still runs.
 //   - Transports (upstream.go): "caller" carries the client's own credentials
 //     (TLS built from the upstream config with every credential removed);
 //     "gateway" adds the gateway's identity. Each has an HTTP/1.1-only twin
@@ -88,13 +82,12 @@
 //     headers, and x509 callers are impersonated by the gateway.
 //   - Limits (limit.go): streams (isStreamRequest, decided for every request
 //     before routing: any Upgrade, watch or follow on any path, /watch/
-//     paths, pods/services/nodes proxy, below cluster proxies too) hold a slot of
-//     MaxStreams and of MaxStreamsPerClient for the client's identity
-//     (identity.ClientKey: a SHA-256 of its bearer token, a certificate
-//     subject the Authorizer verified, else its IP) for as long as they stream; over either limit
-//     the client gets 429 with Retry-After before anything goes upstream.
+//     paths, pods/services/nodes proxy, below cluster proxies too) hold a
+//     slot of pkg/streamlimit for the client's identity.ClientKey for as
+//     long as they stream; over a limit the client gets 429 before
+//     anything goes upstream.
+//   - Audit (audit.go): with Options.Auditor, the request's audit.Trail is
+//     told its response and its stream's end (pkg/audit).
 //   - Drain: Shutdown refuses new requests with 503 and waits for in-flight
-//     ones, including hijacked streams http.Server.Shutdown does not track;
-//     when its context ends it cancels them (each request's context derives
-//     from an internal one).
+//     ones, hijacked streams included (pkg/inflight), then cuts them.
 package proxy

@@ -1,75 +1,16 @@
 package proxy
 
 import (
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
-
-// streamRetryAfterSeconds is the Retry-After of a 429: a stream slot frees
-// when any job's exec or log ends, so soon is a fair guess, as
-// kube-apiserver's max-in-flight filter guesses 1s.
-const streamRetryAfterSeconds = 1
-
-// streamLimiter bounds concurrent upgraded and streaming requests, in total
-// and per client identity. Long-lived streams are what hold the gateway's
-// memory and file descriptors; ordinary requests end by themselves and are
-// left to karmada-apiserver's own flow control.
-type streamLimiter struct {
-	total, perClient int // 0 is unlimited
-
-	mu       sync.Mutex
-	open     int
-	byClient map[string]int
-}
-
-func newStreamLimiter(total, perClient int) *streamLimiter {
-	return &streamLimiter{total: total, perClient: perClient, byClient: map[string]int{}}
-}
-
-// acquire takes a slot for client. It returns the release func, or the
-// scope whose limit is reached (the total is checked first: when the whole
-// gateway is full, that is the reason, whoever asks).
-func (l *streamLimiter) acquire(client string) (release func(), limitedBy string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.total > 0 && l.open >= l.total {
-		return nil, metrics.LimitScopeTotal
-	}
-	if l.perClient > 0 && l.byClient[client] >= l.perClient {
-		return nil, metrics.LimitScopeClient
-	}
-	l.open++
-	l.byClient[client]++
-	var once sync.Once
-	return func() { once.Do(func() { l.release(client) }) }, ""
-}
-
-func (l *streamLimiter) release(client string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.open--
-	if l.byClient[client]--; l.byClient[client] <= 0 {
-		delete(l.byClient, client) // keep the map as small as the set of clients with open streams
-	}
-}
-
-func (l *streamLimiter) tooMany(scope string) error {
-	if scope == metrics.LimitScopeTotal {
-		return apierrors.NewTooManyRequests(fmt.Sprintf("too many open streams through the gateway (limit %d), please try again later", l.total), streamRetryAfterSeconds)
-	}
-	return apierrors.NewTooManyRequests(fmt.Sprintf("too many open streams for this client (limit %d), please try again later", l.perClient), streamRetryAfterSeconds)
-}
 
 // holdStream takes a stream slot for r if isStreamRequest said it is a
 // stream and it holds none yet; ServeHTTP gives it back when the request
@@ -81,7 +22,7 @@ func (p *Proxy) holdStream(w http.ResponseWriter, r *http.Request, state *reques
 	if !state.stream || state.releaseStream != nil {
 		return true
 	}
-	release, limitedBy := p.limiter.acquire(identity.ClientKey(r, state.certVerified))
+	release, limitedBy := p.limiter.Acquire(identity.ClientKey(r, state.certVerified))
 	if release != nil {
 		state.releaseStream = release
 		return true
@@ -89,7 +30,7 @@ func (p *Proxy) holdStream(w http.ResponseWriter, r *http.Request, state *reques
 	p.metrics.StreamLimitRejectionsTotal.WithLabelValues(limitedBy).Inc()
 	klog.FromContext(r.Context()).V(2).Info("Stream limit reached", "scope", limitedBy, "route", state.route)
 	refuseUpgrade(w, r)
-	apiresponse.WriteStatus(w, p.limiter.tooMany(limitedBy))
+	apiresponse.WriteStatus(w, p.limiter.TooMany(limitedBy))
 	return false
 }
 

@@ -21,9 +21,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/inflight"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamlimit"
 )
 
 // AuthMode selects who authenticates and authorizes requests.
@@ -74,6 +79,11 @@ type Options struct {
 	// is sent upstream. 0 is unlimited.
 	MaxStreams          int
 	MaxStreamsPerClient int
+	// Auditor, when set, is told of every request routed to a member
+	// cluster and every refusal of one (pkg/audit); Recorder records exec
+	// and attach sessions (pkg/recording).
+	Auditor  Auditor
+	Recorder *recording.Recorder
 	// LogEndWindow bounds how long a pods/log follow that upstream ended
 	// cleanly is held while the member's pod is read to tell the
 	// container's end from a cut (see watchLogFollow); 0 is 10s.
@@ -99,22 +109,16 @@ type Proxy struct {
 	series     *metrics.RequestSeries
 	router     http.Handler
 	reverse    *httputil.ReverseProxy
-	limiter    *streamLimiter
+	limiter    *streamlimit.Limiter
 	events     EventsMerger
+	auditor    Auditor
+	recorder   *recording.Recorder
 	// logEndWindow is Options.LogEndWindow, defaulted.
 	logEndWindow time.Duration
 	// headerTimeout is Options.UpstreamHeaderTimeout, defaulted.
 	headerTimeout time.Duration
-
-	// drainCtx parents every request's context; cancelling it cuts them all.
-	drainCtx    context.Context
-	cancelDrain context.CancelFunc
-
-	mu       sync.Mutex
-	draining bool
-	inFlight int
-	idle     chan struct{}
-	idleOnce sync.Once
+	// inflight parents every request's context and drains them.
+	inflight *inflight.Tracker
 }
 
 // New builds a Proxy from opts.
@@ -157,13 +161,14 @@ func New(opts Options) (*Proxy, error) {
 		authorizer:   opts.Authorizer,
 		metrics:      opts.Metrics,
 		series:       metrics.NewRequestSeries(opts.Metrics),
-		limiter:      newStreamLimiter(opts.MaxStreams, opts.MaxStreamsPerClient),
+		limiter:      streamlimit.New(opts.MaxStreams, opts.MaxStreamsPerClient),
 		logEndWindow: opts.LogEndWindow,
-		idle:         make(chan struct{}),
+		auditor:      opts.Auditor,
+		recorder:     opts.Recorder,
+		inflight:     inflight.New(),
 
 		headerTimeout: opts.UpstreamHeaderTimeout,
 	}
-	p.drainCtx, p.cancelDrain = context.WithCancel(context.Background())
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:   p.rewriteRequest,
 		Transport: roundTripperFunc(p.roundTrip),
@@ -221,6 +226,11 @@ type requestState struct {
 	// caller is the identity passthrough sends the request with, for the
 	// EventsMerger's reads (serveEvents).
 	caller upstreamIdentity
+	// authorized is the caller authorize mode allowed, refusedBy why it
+	// did not; audit is the request's audit trail (nil without Auditor).
+	authorized *identity.Caller
+	refusedBy  error
+	audit      *audit.Trail
 }
 
 type stateKey struct{}
@@ -239,15 +249,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route: metrics.RoutePassthrough, upstreamName: upstreamKarmada,
 		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r), follow: isFollow(r),
 	}
-	rw := newResponseWriter(w, p.series, state)
-	defer rw.finish()
+	if p.auditor != nil {
+		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided)
+	}
+	var hooks metrics.ResponseHooks
+	if state.audit != nil {
+		hooks = state.audit
+	}
+	rw := metrics.NewResponseWriter(w, p.series, func() metrics.RequestInfo {
+		return metrics.RequestInfo{Route: state.route, Stream: state.stream, ClientGone: state.clientGone}
+	}, hooks)
+	rw.WrapHijacked = serving.Lingering
+	defer rw.Finish()
 
-	if !p.enter() {
+	if !p.inflight.Enter() {
 		rw.Header().Set("Connection", "close")
 		apiresponse.WriteStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
 		return
 	}
-	defer p.leave()
+	defer p.inflight.Leave()
 	// ReverseProxy returns only when the stream ended, upgraded ones
 	// included, so a slot is held exactly as long as the stream.
 	defer func() {
@@ -261,7 +281,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// also cancelled when a drain runs out of time.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stop := context.AfterFunc(p.drainCtx, cancel)
+	stop := context.AfterFunc(p.inflight.Context(), cancel)
 	defer stop()
 	ctx = context.WithValue(ctx, stateKey{}, state)
 
@@ -321,6 +341,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // returns false.
 func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
+	stateFrom(r.Context()).authorizedBy(caller, err)
 	if err != nil {
 		logger.V(2).Info("Request not authorized", "err", err)
 		apiresponse.WriteStatus(w, err)
@@ -516,16 +537,15 @@ var errUpgradeMismatch = errors.New("upstream switched to another protocol than 
 // closes the client connection after a refused upgrade so that nothing the
 // client sends next can be taken for tunnelled bytes. It has the streams
 // whose cut a member can make look like their end watched: SPDY exec and
-// attach for their exit status (statusWatch), log follows for their
-// container's end (followedLog).
+// attach for their exit status (streamfollow.Stream), log follows for their
+// container's end (streamfollow.FollowedLog).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	requested := upgradeType(res.Request.Header)
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		if got := upgradeType(res.Header); requested == "" || !strings.EqualFold(requested, got) {
 			return fmt.Errorf("%w: requested %q, got %q", errUpgradeMismatch, requested, got)
 		}
-		p.watchExitStatus(res)
-		return nil
+		return p.followStream(res)
 	}
 	if requested != "" {
 		res.Header.Set("Connection", "close")
@@ -540,7 +560,7 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
 	state := stateFrom(ctx)
 	logger := klog.FromContext(ctx).WithValues("method", r.Method, "path", r.URL.EscapedPath(), "route", state.route, "upstream", state.upstreamName)
-	if rw, ok := w.(*responseWriter); ok && rw.hijacked {
+	if rw, ok := w.(*metrics.ResponseWriter); ok && rw.Hijacked() {
 		logger.V(2).Info("Upgraded stream ended with an error", "err", err)
 		return
 	}
@@ -557,7 +577,7 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 			Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
 			Message: fmt.Sprintf("error upgrading the connection through %s: %v", state.upstreamName, err),
 		}})
-	case ctx.Err() != nil && p.drainCtx.Err() != nil:
+	case ctx.Err() != nil && p.inflight.Context().Err() != nil:
 		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
 	case ctx.Err() != nil:
 		// The client went away; there is nobody to answer.
@@ -574,39 +594,8 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 // cancels them all and returns ctx.Err(). Run it alongside
 // http.Server.Shutdown, which does not wait for hijacked connections.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.mu.Lock()
-	p.draining = true
-	if p.inFlight == 0 {
-		p.idleOnce.Do(func() { close(p.idle) })
-	}
-	p.mu.Unlock()
 	defer p.upstream.closeIdleConnections()
-	select {
-	case <-p.idle:
-		return nil
-	case <-ctx.Done():
-		p.cancelDrain()
-		return ctx.Err()
-	}
-}
-
-func (p *Proxy) enter() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.draining {
-		return false
-	}
-	p.inFlight++
-	return true
-}
-
-func (p *Proxy) leave() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.inFlight--
-	if p.draining && p.inFlight == 0 {
-		p.idleOnce.Do(func() { close(p.idle) })
-	}
+	return p.inflight.Shutdown(ctx)
 }
 
 // upgradeType is the requested protocol, as ReverseProxy determines it.

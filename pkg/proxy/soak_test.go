@@ -143,17 +143,14 @@ func TestSoak(t *testing.T) {
 	client.CloseIdleConnections()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		p.upstream.closeIdleConnections()
-		p.limiter.mu.Lock()
-		open, clients := p.limiter.open, len(p.limiter.byClient)
-		p.limiter.mu.Unlock()
+		open, clients := p.limiter.Open()
 		active := value(t, m.ActiveStreams.WithLabelValues(metrics.RouteExec)) + value(t, m.ActiveStreams.WithLabelValues(metrics.RoutePassthrough))
 		return open == 0 && clients == 0 && active == 0 && runtime.NumGoroutine() <= baseGoroutines+10, nil
 	})
 	if err != nil {
-		p.limiter.mu.Lock()
-		defer p.limiter.mu.Unlock()
+		open, clients := p.limiter.Open()
 		t.Fatalf("after the soak: %d limiter slots, %d clients, %d goroutines (baseline %d)",
-			p.limiter.open, len(p.limiter.byClient), runtime.NumGoroutine(), baseGoroutines)
+			open, clients, runtime.NumGoroutine(), baseGoroutines)
 	}
 	runtime.GC()
 	var after runtime.MemStats

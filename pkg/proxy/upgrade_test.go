@@ -37,6 +37,13 @@ type execEnv struct {
 
 func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	t.Helper()
+	return newExecEnvWith(t, configure, Options{})
+}
+
+// newExecEnvWith is newExecEnv with a gateway built from opts (its
+// Upstream set here).
+func newExecEnvWith(t testing.TB, configure func(*execServer), opts Options) *execEnv {
+	t.Helper()
 	hellos := &helloRecorder{}
 	es := newExecServer(t, karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/job-42/exec"), hellos)
 	if configure != nil {
@@ -48,7 +55,8 @@ func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	upstream.StartTLS()
 	t.Cleanup(upstream.Close)
 
-	p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream)})
+	opts.Upstream = tlsUpstreamConfig(upstream)
+	p := newTestProxy(t, opts)
 	gw := httptest.NewUnstartedServer(p)
 	gw.StartTLS()
 	t.Cleanup(gw.Close)
@@ -61,7 +69,7 @@ func newExecEnv(t *testing.T, configure func(*execServer)) *execEnv {
 	}}
 }
 
-func (e *execEnv) url(t *testing.T, target string) *url.URL {
+func (e *execEnv) url(t testing.TB, target string) *url.URL {
 	u, err := url.Parse(e.gateway.URL + target)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +77,7 @@ func (e *execEnv) url(t *testing.T, target string) *url.URL {
 	return u
 }
 
-func (e *execEnv) executor(t *testing.T, kind, target string) remotecommand.Executor {
+func (e *execEnv) executor(t testing.TB, kind, target string) remotecommand.Executor {
 	t.Helper()
 	u := e.url(t, target)
 	spdyExec, err := remotecommand.NewSPDYExecutor(e.client, "POST", u)

@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,60 +20,6 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
-
-func TestContainerEnd(t *testing.T) {
-	since := time.Date(2026, 1, 1, 10, 0, 0, 500e6, time.UTC)
-	at := func(d time.Duration) metav1.Time { return metav1.NewTime(since.Add(d).Truncate(time.Second)) }
-	running := func(started metav1.Time) corev1.ContainerState {
-		return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}
-	}
-	pod := func(statuses ...corev1.ContainerStatus) *corev1.Pod {
-		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}}
-		p.Status.Phase = corev1.PodRunning
-		p.Status.ContainerStatuses = statuses
-		return p
-	}
-	deleted := pod(corev1.ContainerStatus{Name: "main", State: running(at(-time.Hour))})
-	deleted.DeletionTimestamp = &metav1.Time{Time: since}
-	succeeded := pod()
-	succeeded.Status.Phase = corev1.PodSucceeded
-	twoContainers := pod(corev1.ContainerStatus{Name: "main", State: running(at(-time.Hour))})
-	twoContainers.Spec.Containers = append(twoContainers.Spec.Containers, corev1.Container{Name: "side"})
-	initPod := pod()
-	initPod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: running(at(-time.Hour))}}
-
-	cases := []struct {
-		name      string
-		pod       *corev1.Pod
-		container string
-		want      logEnd
-	}{
-		{"still running", pod(corev1.ContainerStatus{Name: "main", State: running(at(-time.Hour))}), "main", logEndRunning},
-		{"still running, container defaulted", pod(corev1.ContainerStatus{Name: "main", State: running(at(-time.Hour))}), "", logEndRunning},
-		{"started the same second", pod(corev1.ContainerStatus{Name: "main", State: running(at(0))}), "main", logEndRunning},
-		{"terminated", pod(corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}), "main", logEndReal},
-		{"waiting to restart", pod(corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}), "main", logEndReal},
-		{"restarted since", pod(corev1.ContainerStatus{Name: "main", State: running(at(3 * time.Second))}), "main", logEndReal},
-		{"previous instance finished since", pod(corev1.ContainerStatus{
-			Name: "main", State: running(at(0)),
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: at(0)}},
-		}), "main", logEndReal},
-		{"previous instance finished before", pod(corev1.ContainerStatus{
-			Name: "main", State: running(at(-time.Minute)),
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: at(-2 * time.Minute)}},
-		}), "main", logEndRunning},
-		{"pod deleting", deleted, "main", logEndReal},
-		{"pod succeeded", succeeded, "main", logEndReal},
-		{"init container running", initPod, "init", logEndRunning},
-		{"container unknown", pod(), "main", logEndUnverified},
-		{"no container and two in the pod", twoContainers, "", logEndUnverified},
-	}
-	for _, tc := range cases {
-		if got := containerEnd(tc.pod, tc.container, since); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 // logMember serves a pods/log body that ends cleanly after one line, as
 // kube-apiserver ends one whose kubelet died, and the member's pod through
@@ -207,20 +151,3 @@ func TestLogFollowCutIsReported(t *testing.T) {
 		}
 	}
 }
-
-func TestFollowedLogChecksOnlyCleanEnds(t *testing.T) {
-	cut := errors.New("cut")
-	var checks int
-	body := &followedLog{ReadCloser: io.NopCloser(io.MultiReader(strings.NewReader("abc"), errReader{io.ErrUnexpectedEOF})), check: func() error { checks++; return cut }}
-	if _, err := io.ReadAll(body); !errors.Is(err, io.ErrUnexpectedEOF) || checks != 0 {
-		t.Errorf("a broken body: %v after %d checks, want it as it came, unchecked", err, checks)
-	}
-	body = &followedLog{ReadCloser: io.NopCloser(strings.NewReader("abc")), check: func() error { checks++; return cut }}
-	if b, err := io.ReadAll(body); !errors.Is(err, cut) || string(b) != "abc" || checks != 1 {
-		t.Errorf("a clean end: %q, %v after %d checks, want abc and the check's error once", b, err, checks)
-	}
-}
-
-type errReader struct{ err error }
-
-func (r errReader) Read([]byte) (int, error) { return 0, r.err }

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+)
+
+// auditOptions are the audit flags, named and defaulted as kube-apiserver's
+// (--audit-log-*, --audit-webhook-*), so operators find what they know.
+type auditOptions struct {
+	logPath        string
+	logMaxSizeMB   int
+	logMaxBackup   int
+	logBufferSize  int
+	webhookConfig  string
+	webhookBatch   int
+	webhookWait    time.Duration
+	webhookBuffer  int
+	webhookBackoff time.Duration
+	webhookRetries int
+	webhookTimeout time.Duration
+	drain          time.Duration
+}
+
+func bindAuditFlags(fs *flag.FlagSet) *auditOptions {
+	o := &auditOptions{}
+	fs.StringVar(&o.logPath, "audit-log-path", "", "write an audit.k8s.io/v1 event (JSON line, mode 0600) for every request routed to a member cluster and every refusal of one to this file; empty disables the audit log")
+	fs.IntVar(&o.logMaxSizeMB, "audit-log-maxsize", 100, "size in megabytes at which the audit log is rotated")
+	fs.IntVar(&o.logMaxBackup, "audit-log-maxbackup", 5, "rotated audit log files kept (the log takes at most (maxbackup+1) x maxsize)")
+	fs.IntVar(&o.logBufferSize, "audit-log-buffer-size", 10000, "audit events waiting for the log writer at most; more are dropped and counted (karmada_gateway_audit_events_dropped_total), never waited for")
+	fs.StringVar(&o.webhookConfig, "audit-webhook-config-file", "", "kubeconfig naming the audit webhook (its server URL and credentials), as kube-apiserver's; events are POSTed as audit.k8s.io/v1 EventList batches")
+	fs.IntVar(&o.webhookBatch, "audit-webhook-batch-max-size", 400, "most events in one webhook batch")
+	fs.DurationVar(&o.webhookWait, "audit-webhook-batch-max-wait", 30*time.Second, "longest an event waits for its webhook batch to fill")
+	fs.IntVar(&o.webhookBuffer, "audit-webhook-batch-buffer-size", 10000, "audit events waiting for the webhook at most; more are dropped and counted, never waited for")
+	fs.DurationVar(&o.webhookBackoff, "audit-webhook-initial-backoff", 10*time.Second, "wait before a failed webhook batch is retried; it doubles at each retry")
+	fs.IntVar(&o.webhookRetries, "audit-webhook-retries", 3, "retries of a failed webhook batch before it is dropped and counted")
+	fs.DurationVar(&o.webhookTimeout, "audit-webhook-timeout", 30*time.Second, "deadline of each webhook request")
+	fs.DurationVar(&o.drain, "audit-drain-timeout", 10*time.Second, "on shutdown, how long events still buffered may take to be written or sent")
+	return o
+}
+
+func (o *auditOptions) validate() error {
+	if o.logPath != "" && (o.logMaxSizeMB <= 0 || o.logMaxBackup < 0 || o.logBufferSize <= 0) {
+		return errors.New("--audit-log-maxsize and --audit-log-buffer-size must be positive, --audit-log-maxbackup not negative")
+	}
+	if o.webhookConfig != "" && (o.webhookBatch <= 0 || o.webhookWait <= 0 || o.webhookBuffer <= 0 || o.webhookBackoff <= 0 || o.webhookRetries < 0 || o.webhookTimeout <= 0) {
+		return errors.New("--audit-webhook-* sizes and durations must be positive, retries not negative")
+	}
+	return nil
+}
+
+// build is the Auditor the flags ask for, or nil when neither sink is
+// configured. Its collectors are on reg either way, at 0 for both sinks:
+// the dashboard's panel and the alerts read a series that exists.
+func (o *auditOptions) build(reg prometheus.Registerer) (*audit.Auditor, error) {
+	m := audit.NewMetrics(reg)
+	for _, sink := range []string{"log", "webhook"} {
+		m.Events.WithLabelValues(sink)
+		m.Dropped.WithLabelValues(sink)
+		m.Errors.WithLabelValues(sink)
+	}
+	if o.logPath == "" && o.webhookConfig == "" {
+		return nil, nil
+	}
+	var sinks []audit.Sink
+	if o.logPath != "" {
+		s, err := audit.NewFileSink(audit.FileOptions{
+			Path: o.logPath, MaxSize: int64(o.logMaxSizeMB) << 20, MaxBackups: o.logMaxBackup, Buffer: o.logBufferSize,
+		}, m)
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	if o.webhookConfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.webhookConfig)
+		if err != nil {
+			return nil, fmt.Errorf("--audit-webhook-config-file: %w", err)
+		}
+		client, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--audit-webhook-config-file: %w", err)
+		}
+		s, err := audit.NewWebhookSink(audit.WebhookOptions{
+			Client: client, URL: cfg.Host, BatchMaxSize: o.webhookBatch, BatchMaxWait: o.webhookWait, Buffer: o.webhookBuffer,
+			InitialBackoff: o.webhookBackoff, Retries: o.webhookRetries, Timeout: o.webhookTimeout,
+		}, m)
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	return audit.New(m, sinks...), nil
+}
+
+// startAudit builds and starts the Auditor; stop, once the proxy drained,
+// has it write what is left and returns when it did.
+func (o *auditOptions) start(reg prometheus.Registerer) (a *audit.Auditor, stop func(), err error) {
+	a, err = o.build(reg)
+	if a == nil || err != nil {
+		return nil, func() {}, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.Start(ctx, o.drain)
+	return a, func() { cancel(); a.Wait() }, nil
+}
+
+// recordingOptions are the session recording flags.
+type recordingOptions struct {
+	mode, dir, namespaces string
+	stdin, failClosed     bool
+	maxSessionMB          int
+	maxTotalMB            int
+}
+
+func bindRecordingFlags(fs *flag.FlagSet) *recordingOptions {
+	o := &recordingOptions{}
+	fs.StringVar(&o.mode, "record-sessions", "none", "record exec and attach sessions as asciicast v2 files: none, tty (sessions with a terminal) or all")
+	fs.StringVar(&o.namespaces, "record-sessions-namespaces", "", "per-namespace overrides of --record-sessions, as namespace=mode,... (e.g. prod=all,dev=none)")
+	fs.StringVar(&o.dir, "record-sessions-dir", "", "directory the recordings are written to (files 0600, renamed into place when the session ends)")
+	fs.BoolVar(&o.stdin, "record-sessions-stdin", false, "also record what clients send (asciicast input events); off by default: stdin carries what users type, secrets included")
+	fs.IntVar(&o.maxSessionMB, "record-sessions-max-session-size", 100, "megabytes a recording may take; later output is not recorded (the file says so)")
+	fs.IntVar(&o.maxTotalMB, "record-sessions-max-total-size", 10240, "megabytes the recording directory may hold; new sessions are not recorded beyond it")
+	fs.BoolVar(&o.failClosed, "record-sessions-fail-closed", false, "refuse a session that cannot be recorded (and cut one whose recording fails); by default it goes on unrecorded and karmada_gateway_recording_failures_total counts it")
+	return o
+}
+
+// build is the Recorder the flags ask for, or nil for none anywhere.
+func (o *recordingOptions) build(reg prometheus.Registerer) (*recording.Recorder, error) {
+	mode, err := recording.ParseMode(o.mode)
+	if err != nil {
+		return nil, fmt.Errorf("--record-sessions: %w", err)
+	}
+	overrides := map[string]recording.Mode{}
+	for _, kv := range strings.Split(o.namespaces, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		ns, m, ok := strings.Cut(kv, "=")
+		if !ok || ns == "" {
+			return nil, fmt.Errorf("--record-sessions-namespaces: %q is not namespace=mode", kv)
+		}
+		if overrides[ns], err = recording.ParseMode(m); err != nil {
+			return nil, fmt.Errorf("--record-sessions-namespaces: %w", err)
+		}
+	}
+	anyOn := mode != recording.ModeNone
+	for _, m := range overrides {
+		anyOn = anyOn || m != recording.ModeNone
+	}
+	if !anyOn {
+		return nil, nil
+	}
+	if o.dir == "" {
+		return nil, errors.New("--record-sessions-dir is required to record sessions")
+	}
+	return recording.New(recording.Options{
+		Dir: o.dir, Mode: mode, Namespaces: overrides, Stdin: o.stdin, FailClosed: o.failClosed, Registerer: reg,
+		MaxSessionBytes: int64(o.maxSessionMB) << 20, MaxTotalBytes: int64(o.maxTotalMB) << 20,
+	})
+}

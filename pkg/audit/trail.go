@@ -1,0 +1,136 @@
+package audit
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
+)
+
+// Recorder takes a request's events. *Auditor implements it.
+type Recorder interface {
+	// Record must not block: it runs on the request's goroutine.
+	Record(stage string, id types.UID, req *Request)
+}
+
+// Audited reports whether a request of the gateway's route goes to a
+// member (or would have, had the gateway not refused it): exec, attach,
+// log, portforward, pod and service proxy, merged events, and requests
+// its path guards refused.
+func Audited(route string) bool {
+	switch route {
+	case "exec", "attach", "log", "portforward", "podproxy", "serviceproxy", "events", "refused":
+		return true
+	}
+	return false
+}
+
+// maxRefusalBody bounds what is kept of a refusal's body to read its
+// Status.
+const maxRefusalBody = 4 << 10
+
+// Decided is what the gateway decided about a request so far, read when
+// an event is written.
+type Decided func(req *Request)
+
+// Trail is one request's audit trail, fed by the proxy as the request
+// goes. Its ResponseComplete waits for the request's end and, for a
+// followed stream, the stream's (ReverseProxy closes an upgraded stream
+// after the handler returned).
+type Trail struct {
+	rec     Recorder
+	id      types.UID
+	decided Decided
+
+	mu      sync.Mutex
+	req     Request
+	pending int
+	body    []byte
+}
+
+// NewTrail starts r's trail; decided fills in, at each event, what the
+// gateway decided (route, member cluster, caller, decision).
+func NewTrail(rec Recorder, r *http.Request, authMode string, decided Decided) *Trail {
+	return &Trail{rec: rec, id: NewID(), decided: decided, pending: 1,
+		req: Request{HTTP: r, Received: time.Now(), AuthMode: authMode}}
+}
+
+// Header runs when the response's status is known (101 at the upgrade);
+// a stream gets its ResponseStarted. A nil Trail does nothing.
+func (t *Trail) Header(code int, stream bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.decided(&t.req); !Audited(t.req.Route) {
+		return
+	}
+	t.req.Code = code
+	if stream {
+		t.rec.Record(StageResponseStarted, t.id, &t.req)
+	}
+}
+
+// Wrote keeps the start of a refusal's body (code >= 400).
+func (t *Trail) Wrote(code int, b []byte) {
+	if t != nil && code >= 400 && len(t.body) < maxRefusalBody {
+		t.body = append(t.body, b[:min(len(b), maxRefusalBody-len(t.body))]...)
+	}
+}
+
+// Finish runs when the request ends; written is what a response that was
+// not upgraded wrote.
+func (t *Trail) Finish(code int, written int64) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.decided(&t.req); !Audited(t.req.Route) {
+		return
+	}
+	t.req.Code, t.req.BytesOut = code, written
+	if code >= 400 && len(t.body) > 0 {
+		var st metav1.Status
+		if json.Unmarshal(t.body, &st) == nil && st.Kind == "Status" {
+			t.req.Status = &st
+		}
+	}
+	t.done()
+}
+
+// StreamFollowed has ResponseComplete wait for StreamEnded.
+func (t *Trail) StreamFollowed(protocol string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending++
+	t.req.Protocol = protocol
+}
+
+// StreamEnded is the followed stream's Summary.
+func (t *Trail) StreamEnded(sum streamfollow.Summary) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.req.Stream = &sum
+	t.done()
+}
+
+// SetRecording names the session's recording.
+func (t *Trail) SetRecording(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.req.Recording = name
+}
+
+// done writes ResponseComplete once nothing is pending; t.mu is held.
+func (t *Trail) done() {
+	if t.pending--; t.pending == 0 && Audited(t.req.Route) {
+		t.rec.Record(StageResponseComplete, t.id, &t.req)
+	}
+}

@@ -1,0 +1,189 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
+)
+
+// captureSink is an audit sink keeping the encoded events.
+type captureSink struct {
+	mu     sync.Mutex
+	events [][]byte
+}
+
+func (s *captureSink) Name() string                       { return "capture" }
+func (s *captureSink) Run(context.Context, time.Duration) {}
+func (s *captureSink) Enqueue(ev []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, ev)
+	return true
+}
+
+// waitEvents polls until n events were written, and decodes them.
+func (s *captureSink) waitEvents(t *testing.T, n int) []audit.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		got := append([][]byte(nil), s.events...)
+		s.mu.Unlock()
+		if len(got) >= n || time.Now().After(deadline) {
+			if len(got) != n {
+				t.Fatalf("%d audit events, want %d: %s", len(got), n, bytes.Join(got, []byte("\n")))
+			}
+			out := make([]audit.Event, n)
+			for i, b := range got {
+				if bytes.Contains(b, []byte("caller-token")) {
+					t.Fatalf("an audit event holds the bearer token: %s", b)
+				}
+				if err := json.Unmarshal(b, &out[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return out
+		}
+		time.Sleep(10 * time.Millisecond) // polling an observable condition with a deadline
+	}
+}
+
+func newCapturingAuditor() (*audit.Auditor, *captureSink) {
+	sink := &captureSink{}
+	return audit.New(audit.NewMetrics(prometheus.NewRegistry()), sink), sink
+}
+
+// TestExecIsAudited covers Options.Auditor on an exec through the gateway
+// as cmd/gateway builds it: a stream gets ResponseStarted at the 101 and
+// ResponseComplete once the stream ended, with the member, the command,
+// the exit status read from the error channel and the bytes each way.
+// Without the hooks in ServeHTTP and followStream there are no events.
+func TestExecIsAudited(t *testing.T) {
+	payload := make([]byte, 64<<10)
+	if _, err := rand.Read(payload); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"spdy", "websocket"} {
+		t.Run(kind, func(t *testing.T) {
+			auditor, sink := newCapturingAuditor()
+			env := newExecEnvWith(t, nil, Options{Auditor: auditor})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := env.executor(t, kind, execTarget).StreamWithContext(ctx, remotecommand.StreamOptions{
+				Stdin: bytes.NewReader(payload), Stdout: io.Discard,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			evs := sink.waitEvents(t, 2)
+			started, complete := evs[0], evs[1]
+			if started.Stage != audit.StageResponseStarted || complete.Stage != audit.StageResponseComplete || started.AuditID != complete.AuditID {
+				t.Fatalf("stages %s, %s with IDs %s, %s; want ResponseStarted then ResponseComplete of one request", started.Stage, complete.Stage, started.AuditID, complete.AuditID)
+			}
+			ref := complete.ObjectRef
+			if ref == nil || ref.Resource != "pods" || ref.Namespace != "ci" || ref.Name != "job-42" || ref.Subresource != "exec" {
+				t.Errorf("objectRef %+v", ref)
+			}
+			wantVerb := map[string]string{"spdy": "create", "websocket": "get"}[kind]
+			if complete.Verb != wantVerb || complete.ResponseStatus == nil || complete.ResponseStatus.Code != http.StatusSwitchingProtocols {
+				t.Errorf("verb %q status %+v, want %s and 101", complete.Verb, complete.ResponseStatus, wantVerb)
+			}
+			a := complete.Annotations
+			for k, want := range map[string]string{
+				audit.AnnotationCluster: proxytest.Cluster, audit.AnnotationCommand: `["cat"]`, audit.AnnotationContainer: "build",
+				audit.AnnotationStdin: "true", audit.AnnotationTTY: "false", audit.AnnotationExitCode: "0",
+				audit.AnnotationStreamEnd: "completed", audit.AnnotationAuthMode: "passthrough",
+			} {
+				if a[k] != want {
+					t.Errorf("annotation %s = %q, want %q", k, a[k], want)
+				}
+			}
+			if !strings.HasPrefix(a[audit.AnnotationCredential], "token-sha256:") {
+				t.Errorf("credential %q, want the token's hash", a[audit.AnnotationCredential])
+			}
+			for _, k := range []string{audit.AnnotationBytesIn, audit.AnnotationBytesOut} {
+				var n int
+				if err := json.Unmarshal([]byte(a[k]), &n); err != nil || n < len(payload) {
+					t.Errorf("%s = %q, want at least the %d bytes echoed", k, a[k], len(payload))
+				}
+			}
+		})
+	}
+}
+
+// TestExecCutIsAudited: a stream the member cut is audited as cut, with no
+// exit code.
+func TestExecCutIsAudited(t *testing.T) {
+	auditor, sink := newCapturingAuditor()
+	env := newExecEnvWith(t, func(s *execServer) { s.cutAfter = 10 }, Options{Auditor: auditor})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := env.executor(t, "spdy", execTarget).StreamWithContext(ctx, remotecommand.StreamOptions{
+		Stdin: io.MultiReader(strings.NewReader("0123456789"), blockUntil(ctx)), Stdout: io.Discard,
+	})
+	if err == nil {
+		t.Fatal("a cut stream ended without an error")
+	}
+	complete := sink.waitEvents(t, 2)[1]
+	if a := complete.Annotations; a[audit.AnnotationStreamEnd] != "cut_reported" || a[audit.AnnotationExitCode] != "" {
+		t.Errorf("annotations %v, want a reported cut and no exit code", a)
+	}
+}
+
+// blockUntil is a reader that blocks until ctx ends.
+func blockUntil(ctx context.Context) io.Reader {
+	return readerFunc(func([]byte) (int, error) { <-ctx.Done(); return 0, io.EOF })
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestRefusalsAreAudited: a request for a member the gateway refuses is
+// audited with the refusal's Status and authorize mode's decision; a
+// request passed through to karmada-apiserver is not (kube-apiserver
+// audits it).
+func TestRefusalsAreAudited(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods/exec"}, "job-42", nil)
+	auditor, sink := newCapturingAuditor()
+	up := httptest.NewServer(&proxytest.RecordingUpstream{})
+	t.Cleanup(up.Close)
+	p := newTestProxy(t, Options{
+		Upstream: &rest.Config{Host: up.URL}, AuthMode: AuthAuthorize, Auditor: auditor,
+		Authorizer: &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}, Deny: forbidden},
+	})
+	for _, target := range []string{
+		"/api/v1/namespaces/ci/pods/job-42/exec?command=id",
+		"/api/v1/namespaces/ci/pods/job-42/%65xec",
+		"/api/v1/namespaces/ci/pods",
+	} {
+		req := proxytest.RawRequest(t, http.MethodPost, target, http.Header{"Authorization": {"Bearer caller-token"}}, "")
+		p.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	evs := sink.waitEvents(t, 2)
+	denied, guarded := evs[0], evs[1]
+	if denied.ResponseStatus.Code != http.StatusForbidden || denied.Annotations[audit.AnnotationDecision] != "forbid" ||
+		!strings.Contains(denied.Annotations[audit.AnnotationReason], "forbidden") || denied.Annotations[audit.AnnotationCommand] != `["id"]` {
+		t.Errorf("denied exec audited as %+v", denied)
+	}
+	if guarded.ResponseStatus.Code != http.StatusBadRequest || guarded.Annotations[audit.AnnotationRoute] != "refused" || guarded.ResponseStatus.Message == "" {
+		t.Errorf("refused path audited as %+v %+v", guarded, guarded.ResponseStatus)
+	}
+}

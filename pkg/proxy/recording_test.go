@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+)
+
+// TestTTYSessionRecordedAndPlayed covers Options.Recorder on a TTY exec
+// through the gateway as cmd/gateway builds it, over SPDY and WebSocket:
+// the session is written as asciicast v2 (0600, renamed into place when it
+// ends) with the terminal's first size in its header and the later resize
+// as an event, the audit event names it, and Debian's asciinema (make
+// tools) cats exactly what the client saw, multibyte characters split
+// across frames included. Without the hook in followStream there is no
+// file.
+func TestTTYSessionRecordedAndPlayed(t *testing.T) {
+	player, err := exec.LookPath("asciinema")
+	if err != nil {
+		t.Fatal("asciinema is not installed: run make tools (Debian's asciinema plays the recordings)")
+	}
+	for _, kind := range []string{"spdy", "websocket"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			rec, err := recording.New(recording.Options{Dir: dir, Mode: recording.ModeTTY, MaxSessionBytes: 1 << 20, MaxTotalBytes: 10 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			auditor, sink := newCapturingAuditor()
+			env := newExecEnvWith(t, nil, Options{Recorder: rec, Auditor: auditor})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			queue := make(sizeQueue, 2)
+			queue <- remotecommand.TerminalSize{Width: 100, Height: 30}
+			stdinR, stdinW := io.Pipe()
+			var stdout bytes.Buffer
+			done := make(chan error, 1)
+			go func() {
+				done <- env.executor(t, kind, "/api/v1/namespaces/ci/pods/job-42/exec?command=sh&stdin=true&stdout=true&tty=true").
+					StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: &stdout, Tty: true, TerminalSizeQueue: queue})
+			}()
+			if got := <-env.server.resizes; got.Width != 100 {
+				t.Fatalf("first resize %+v", got)
+			}
+			// "é" (2 bytes) and "✓" (3 bytes) written a byte at a time: each
+			// byte is its own frame.
+			for _, b := range []byte("héllo ✓\r\n") {
+				if _, err := stdinW.Write([]byte{b}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			queue <- remotecommand.TerminalSize{Width: 120, Height: 40}
+			if got := <-env.server.resizes; got.Width != 120 {
+				t.Fatalf("second resize %+v", got)
+			}
+			_, _ = io.WriteString(stdinW, "bye\r\n")
+			close(queue)
+			stdinW.Close()
+			if err := <-done; err != nil {
+				t.Fatalf("Stream: %v", err)
+			}
+			complete := sink.waitEvents(t, 2)[1]
+			name := complete.Annotations[audit.AnnotationRecording]
+			if name == "" {
+				t.Fatalf("the audit event names no recording: %v", complete.Annotations)
+			}
+			path := filepath.Join(dir, name)
+			entries, _ := os.ReadDir(dir)
+			st, err := os.Stat(path)
+			if err != nil || st.Mode().Perm() != 0o600 || len(entries) != 1 {
+				t.Fatalf("recording %s: %v, mode %v, %d files in the directory; want one file of mode 0600", name, err, st.Mode().Perm(), len(entries))
+			}
+			header, resizes := readCast(t, path)
+			if header.Version != 2 || header.Width != 100 || header.Height != 30 || strings.Join(resizes, ",") != "120x40" {
+				t.Errorf("header %+v, resizes %q; want version 2, 100x30 and one resize to 120x40", header, resizes)
+			}
+			out, err := playerOutput(t, player, "cat", path)
+			if err != nil {
+				t.Fatalf("asciinema cat: %v", err)
+			}
+			if string(out) != stdout.String() || !strings.Contains(stdout.String(), "héllo ✓") {
+				t.Errorf("asciinema cat printed %q, the client saw %q", out, stdout.String())
+			}
+		})
+	}
+}
+
+type castHeader struct {
+	Version       int
+	Width, Height int
+}
+
+// readCast reads an asciicast v2 file: its header and its resize events;
+// every line must be JSON.
+func readCast(t *testing.T, path string) (castHeader, []string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	var h castHeader
+	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &h) != nil {
+		t.Fatalf("no asciicast header in %s", path)
+	}
+	var resizes []string
+	for sc.Scan() {
+		var ev []any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || len(ev) != 3 {
+			t.Fatalf("event %q: %v", sc.Text(), err)
+		}
+		if ev[1] == "r" {
+			resizes = append(resizes, ev[2].(string))
+		}
+	}
+	return h, resizes
+}
+
+// playerOutput runs asciinema with a terminal of its own as its
+// controlling tty and stdin (asciinema cat opens /dev/tty) and returns what
+// it writes to stdout, a pipe: the recording's output, untranslated.
+func playerOutput(t *testing.T, player string, args ...string) ([]byte, error) {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var unlock int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, ptmx.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Fatal(e)
+	}
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, ptmx.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatal(e)
+	}
+	pts, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pts.Close()
+	cmd := exec.Command(player, args...)
+	cmd.Stdin = pts
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return out, nil
+}

@@ -1,0 +1,321 @@
+// Package recording records exec and attach sessions the gateway relays as
+// asciicast v2 files (the format asciinema plays), from the channels
+// pkg/streamfollow decodes of SPDY and WebSocket (v4, v5) streams: stdout
+// and stderr as output, the terminal's size and resizes, and stdin only
+// when asked (it carries what users type, passwords included).
+//
+// Recording is opt-in: Mode none, tty (sessions with a terminal) or all,
+// with per-namespace overrides. A recording is written to a hidden
+// temporary file in Dir and renamed to its name when the session ends, so
+// a reader never sees half a file; files are 0600. Each session is capped
+// (MaxSessionBytes: later output is not recorded, the file says so) and so
+// is the directory (MaxTotalBytes: new sessions are not recorded). When a
+// recording cannot be made, FailClosed refuses the session (or cuts it, if
+// it fails midway); otherwise the session goes on unrecorded and the
+// failure is counted.
+package recording
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
+)
+
+// Mode says which sessions are recorded.
+type Mode string
+
+const (
+	ModeNone Mode = "none"
+	ModeTTY  Mode = "tty"
+	ModeAll  Mode = "all"
+)
+
+// ParseMode reads a --record-sessions value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeNone, ModeTTY, ModeAll:
+		return m, nil
+	}
+	return "", fmt.Errorf("recording mode %q is not none, tty or all", s)
+}
+
+// Options configures a Recorder.
+type Options struct {
+	Dir  string
+	Mode Mode
+	// Namespaces overrides Mode per namespace.
+	Namespaces map[string]Mode
+	// Stdin records what the client sends (as asciicast "i" events).
+	Stdin           bool
+	MaxSessionBytes int64
+	MaxTotalBytes   int64
+	FailClosed      bool
+	Registerer      prometheus.Registerer
+}
+
+// Recorder starts recordings.
+type Recorder struct {
+	opts  Options
+	total atomic.Int64 // bytes of the recordings in Dir, written ones included
+	// Failures counts recordings that could not be made or finished.
+	failures *prometheus.CounterVec
+	sessions prometheus.Counter
+}
+
+// New checks opts and reads how much Dir already holds.
+func New(opts Options) (*Recorder, error) {
+	if opts.Mode == "" {
+		opts.Mode = ModeNone
+	}
+	if opts.Dir == "" || opts.MaxSessionBytes <= 0 || opts.MaxTotalBytes <= 0 {
+		return nil, errors.New("recording: a directory and positive session and total caps are required")
+	}
+	r := &Recorder{opts: opts,
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recording_failures_total",
+			Help: "Session recordings not made or not finished, by reason (start, write, cap); with fail-closed the session was refused or cut."}, []string{"reason"}),
+		sessions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recordings_total",
+			Help: "Session recordings written."}),
+	}
+	for _, reason := range []string{"start", "write", "cap"} {
+		r.failures.WithLabelValues(reason)
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(r.failures, r.sessions)
+	}
+	entries, err := os.ReadDir(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("recording directory: %w", err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			r.total.Add(info.Size())
+		}
+	}
+	return r, nil
+}
+
+// Follow has the exec or attach stream req opened recorded, if the mode of
+// its namespace says so and opts' protocol decodes channels: it sets
+// opts.Observer and chains opts.OnEnd, which finishes the recording. abort
+// cuts the stream (fail-closed, when a write fails midway). It returns the
+// recording's file name ("" when not recorded), or an error when the
+// session must be refused (fail-closed).
+func (r *Recorder) Follow(req *http.Request, subresource string, opts *streamfollow.Options, abort func()) (string, error) {
+	if (subresource != "exec" && subresource != "attach") || !opts.Protocol.Decodes() {
+		return "", nil
+	}
+	q := req.URL.Query()
+	tty := queryBool(q, "tty")
+	ns, pod := podOf(req.URL.Path)
+	mode := r.opts.Mode
+	if m, ok := r.opts.Namespaces[ns]; ok {
+		mode = m
+	}
+	if mode == ModeNone || (mode == ModeTTY && !tty) {
+		return "", nil
+	}
+	s, err := r.start(ns, pod, q, tty, abort)
+	if err != nil {
+		klog.FromContext(req.Context()).Error(err, "Session not recorded", "namespace", ns, "pod", pod, "failClosed", r.opts.FailClosed)
+		if r.opts.FailClosed {
+			return "", fmt.Errorf("the session cannot be recorded: %w", err)
+		}
+		return "", nil
+	}
+	opts.Observer = s
+	end := opts.OnEnd
+	opts.OnEnd = func(sum streamfollow.Summary) {
+		s.finish()
+		if end != nil {
+			end(sum)
+		}
+	}
+	return s.name, nil
+}
+
+func (r *Recorder) start(ns, pod string, q url.Values, tty bool, abort func()) (*session, error) {
+	if r.total.Load() >= r.opts.MaxTotalBytes {
+		r.failures.WithLabelValues("cap").Inc()
+		return nil, fmt.Errorf("the recording directory holds %d bytes, the cap", r.total.Load())
+	}
+	now := time.Now()
+	name := fmt.Sprintf("%s_%s_%s_%d.cast", ns, pod, now.UTC().Format("20060102T150405Z"), now.UnixNano()%1e9)
+	f, err := os.OpenFile(filepath.Join(r.opts.Dir, "."+name+".tmp"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		r.failures.WithLabelValues("start").Inc()
+		return nil, err
+	}
+	title := pod
+	if cmd := q["command"]; len(cmd) > 0 {
+		title += ": " + strings.Join(cmd, " ")
+	}
+	return &session{r: r, name: name, f: f, w: bufio.NewWriterSize(f, 32<<10), start: now, title: title, tty: tty, abort: abort}, nil
+}
+
+// session is one recording; it implements streamfollow.Observer.
+type session struct {
+	r     *Recorder
+	name  string
+	f     *os.File
+	w     *bufio.Writer
+	start time.Time
+	title string
+	tty   bool
+	abort func()
+
+	mu        sync.Mutex
+	header    bool
+	written   int64
+	truncated bool
+	failed    bool
+	carry     [3][]byte // an incomplete UTF-8 sequence per channel
+	line      []byte
+}
+
+func (s *session) Data(ch streamfollow.Channel, p []byte) {
+	if ch == streamfollow.Stdin && !s.r.opts.Stdin {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	code := "o"
+	if ch == streamfollow.Stdin {
+		code = "i"
+	}
+	b := append(s.carry[ch], p...)
+	// Keep a UTF-8 sequence split across frames for the next one.
+	cut := len(b)
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		if c := b[len(b)-i]; utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				cut = len(b) - i
+			}
+			break
+		}
+	}
+	text := string(b[:cut])
+	s.carry[ch] = append(s.carry[ch][:0], b[cut:]...)
+	s.event(code, text)
+}
+
+func (s *session) Resize(size streamfollow.TerminalSize) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.header {
+		s.writeHeader(size)
+		return
+	}
+	s.event("r", strconv.Itoa(int(size.Width))+"x"+strconv.Itoa(int(size.Height)))
+}
+
+// writeHeader starts the file; s.mu is held. The terminal's size is the
+// client's first resize when it comes before any output, as kubectl sends
+// it, else 80x24.
+func (s *session) writeHeader(size streamfollow.TerminalSize) {
+	s.header = true
+	if size.Width == 0 || size.Height == 0 {
+		size = streamfollow.TerminalSize{Width: 80, Height: 24}
+	}
+	h := map[string]any{"version": 2, "width": size.Width, "height": size.Height, "timestamp": s.start.Unix(), "title": s.title}
+	b, _ := json.Marshal(h)
+	s.write(append(b, '\n'))
+}
+
+// event writes one asciicast event; s.mu is held.
+func (s *session) event(code, data string) {
+	if data == "" || s.failed {
+		return
+	}
+	if !s.header {
+		s.writeHeader(streamfollow.TerminalSize{})
+	}
+	if s.truncated {
+		return
+	}
+	at := time.Since(s.start).Seconds()
+	line, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(at, 'f', 6, 64)), code, data})
+	if s.written+int64(len(line))+1 > s.r.opts.MaxSessionBytes {
+		s.truncated = true
+		s.r.failures.WithLabelValues("cap").Inc()
+		marker, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(at, 'f', 6, 64)), "m", "recording truncated: the session cap was reached"})
+		s.write(append(marker, '\n'))
+		return
+	}
+	s.write(append(line, '\n'))
+}
+
+func (s *session) write(b []byte) {
+	if s.failed {
+		return
+	}
+	if _, err := s.w.Write(b); err != nil {
+		s.fail(err)
+		return
+	}
+	s.written += int64(len(b))
+	s.r.total.Add(int64(len(b)))
+}
+
+// fail gives the recording up; s.mu is held.
+func (s *session) fail(err error) {
+	s.failed = true
+	s.r.failures.WithLabelValues("write").Inc()
+	klog.Background().Error(err, "Session recording failed", "recording", s.name, "failClosed", s.r.opts.FailClosed)
+	if s.r.opts.FailClosed && s.abort != nil {
+		go s.abort() // not on the copy goroutine that called
+	}
+}
+
+// finish flushes the recording and renames it into place.
+func (s *session) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tmp := s.f.Name()
+	if !s.header {
+		s.writeHeader(streamfollow.TerminalSize{})
+	}
+	err := errors.Join(s.w.Flush(), s.f.Sync(), s.f.Close())
+	if err == nil && !s.failed {
+		err = os.Rename(tmp, filepath.Join(s.r.opts.Dir, s.name))
+	}
+	if err != nil || s.failed {
+		if err != nil {
+			s.fail(err)
+		}
+		_ = os.Remove(tmp)
+		return
+	}
+	s.r.sessions.Inc()
+}
+
+// podOf reads namespace and pod from /api/v1/namespaces/{ns}/pods/{pod}/...
+func podOf(path string) (string, string) {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	if len(segs) < 6 {
+		return "", ""
+	}
+	return segs[3], segs[5]
+}
+
+func queryBool(q url.Values, key string) bool {
+	var on bool
+	v, ok := q[key]
+	return ok && runtime.Convert_Slice_string_To_bool(&v, &on, nil) == nil && on
+}

@@ -1,0 +1,247 @@
+package streamfollow
+
+import (
+	"encoding/binary"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// WebSocket opcodes (RFC 6455 section 5.2).
+const (
+	wsContinuation = 0x0
+	wsText         = 0x1
+	wsBinary       = 0x2
+	wsClose        = 0x8
+)
+
+// wsCloseChannel is the v5 protocol's client message closing a channel.
+const wsCloseChannel = 255
+
+// webSocketFollower follows a WebSocket exec or attach with the channel
+// protocols (binary messages whose first byte is the channel). Server
+// frames are never masked, client frames always are. Its cut is a message
+// on the error channel carrying the Failure and a normal close frame:
+// client-go's WebSocket executor returns the Failure where it would have
+// reported an anonymous abnormal closure.
+type webSocketFollower struct {
+	server, client wsReader
+	obs            Observer
+	resize         resizeReader
+	errStatus      statusBuf
+	statusSeen     bool // server side
+}
+
+func newWebSocketFollower(obs Observer) *webSocketFollower {
+	f := &webSocketFollower{obs: obs}
+	f.server.payload = f.serverPayload
+	f.client.masked = true
+	if obs != nil {
+		f.client.payload = f.clientPayload
+		f.client.messageEnd = f.clientMessageEnd
+	}
+	return f
+}
+
+func (f *webSocketFollower) fromClient(p []byte) {
+	if f.obs != nil {
+		f.client.read(p)
+	}
+}
+
+func (f *webSocketFollower) fromServer(p []byte) { f.server.read(p) }
+
+func (f *webSocketFollower) status() []byte { return f.errStatus.get() }
+
+func (f *webSocketFollower) serverPayload(ch byte, b []byte) {
+	switch Channel(ch) {
+	case Error:
+		f.statusSeen = true
+		f.errStatus.add(b)
+	case Stdout, Stderr:
+		if f.obs != nil {
+			f.obs.Data(Channel(ch), b)
+		}
+	}
+}
+
+func (f *webSocketFollower) clientPayload(ch byte, b []byte) {
+	switch Channel(ch) {
+	case Stdin:
+		f.obs.Data(Stdin, b)
+	case Resize:
+		f.resize.feed(b, f.obs)
+	}
+}
+
+func (f *webSocketFollower) clientMessageEnd(ch byte) {
+	if Channel(ch) == Resize {
+		f.resize.flush(f.obs)
+	}
+}
+
+func (f *webSocketFollower) cut(status *metav1.Status) ([]byte, bool) {
+	s := &f.server
+	if s.closed || s.gaveUp || f.statusSeen {
+		return nil, false
+	}
+	if s.hdrN != 0 || s.left != 0 || s.inMessage || status == nil {
+		return nil, true // the node died writing a frame or a message
+	}
+	return webSocketCutFrames(*status), false
+}
+
+// wsReader reads the frames of one direction of a WebSocket connection,
+// fed its bytes in order in chunks of any size, and hands the payload of
+// each data message, less its first byte (the channel), to payload,
+// unmasked. It copies nothing but headers, and payload it unmasks.
+type wsReader struct {
+	masked     bool // the direction's frames must be masked (client to server)
+	payload    func(channel byte, b []byte)
+	messageEnd func(channel byte)
+
+	hdr  [14]byte
+	hdrN int
+	need int    // the header's length once its first two bytes are in
+	left uint64 // payload bytes of the current frame still to come
+	key  [4]byte
+	keyN int // payload bytes of the current frame unmasked so far, mod 4
+
+	data, fin bool // the current frame is a data frame; it ends its message
+	inMessage bool // a data message's frames are coming
+	first     bool // the next payload byte is a message's first: its channel
+	channel   byte // of the current message
+	scratch   []byte
+
+	closed, gaveUp bool
+}
+
+func (r *wsReader) read(b []byte) {
+	for len(b) > 0 && !r.gaveUp {
+		if r.left > 0 {
+			n := min(uint64(len(b)), r.left)
+			r.framePayload(b[:n])
+			b = b[n:]
+			if r.left -= n; r.left == 0 {
+				r.endFrame()
+			}
+			continue
+		}
+		r.hdr[r.hdrN] = b[0]
+		r.hdrN++
+		b = b[1:]
+		if r.hdrN == 2 {
+			r.need = 2
+			switch r.hdr[1] & 0x7f {
+			case 126:
+				r.need += 2
+			case 127:
+				r.need += 8
+			}
+			if masked := r.hdr[1]&0x80 != 0; masked != r.masked {
+				r.gaveUp = true // not WebSocket as this direction speaks it
+				return
+			}
+			if r.masked {
+				r.need += 4
+			}
+		}
+		if r.hdrN >= 2 && r.hdrN == r.need {
+			r.startFrame()
+		}
+	}
+}
+
+func (r *wsReader) startFrame() {
+	r.hdrN = 0
+	opcode := r.hdr[0] & 0x0f
+	r.fin = r.hdr[0]&0x80 != 0
+	off := 2
+	switch n := r.hdr[1] & 0x7f; n {
+	case 126:
+		r.left = uint64(binary.BigEndian.Uint16(r.hdr[2:4]))
+		off = 4
+	case 127:
+		r.left = binary.BigEndian.Uint64(r.hdr[2:10])
+		off = 10
+	default:
+		r.left = uint64(n)
+	}
+	if r.masked {
+		copy(r.key[:], r.hdr[off:off+4])
+		r.keyN = 0
+	}
+	r.data = opcode < wsClose
+	switch {
+	case opcode == wsClose:
+		r.closed = true
+	case opcode > wsClose: // ping, pong
+	case opcode == wsContinuation && r.inMessage:
+	case (opcode == wsText || opcode == wsBinary) && !r.inMessage:
+		r.inMessage, r.first = true, true
+	default:
+		r.gaveUp = true
+		return
+	}
+	if r.left == 0 {
+		r.endFrame()
+	}
+}
+
+func (r *wsReader) framePayload(b []byte) {
+	if !r.data || r.payload == nil {
+		return
+	}
+	if r.masked {
+		r.scratch = append(r.scratch[:0], b...)
+		for i := range r.scratch {
+			r.scratch[i] ^= r.key[(r.keyN+i)&3]
+		}
+		r.keyN = (r.keyN + len(b)) & 3
+		b = r.scratch
+	}
+	if r.first {
+		r.first = false
+		r.channel = b[0]
+		b = b[1:]
+	}
+	if len(b) > 0 {
+		r.payload(r.channel, b)
+	}
+}
+
+func (r *wsReader) endFrame() {
+	if r.data && r.fin {
+		r.inMessage = false
+		if r.messageEnd != nil && !r.first {
+			r.messageEnd(r.channel)
+		}
+	}
+}
+
+// webSocketCutFrames is a binary message on the error channel carrying
+// status, then a close frame with status 1000 (normal closure), so the
+// client reads the status rather than an abnormal closure.
+func webSocketCutFrames(status metav1.Status) []byte {
+	body := statusJSON(status)
+	frame := appendWebSocketHeader(nil, true, wsBinary, 1+len(body))
+	frame = append(frame, byte(Error))
+	frame = append(frame, body...)
+	return append(frame, 0x80|wsClose, 2, 0x03, 0xe8)
+}
+
+// appendWebSocketHeader appends the header of an unmasked frame with n
+// bytes of payload.
+func appendWebSocketHeader(b []byte, fin bool, opcode byte, n int) []byte {
+	if fin {
+		opcode |= 0x80
+	}
+	b = append(b, opcode)
+	switch {
+	case n < 126:
+		return append(b, byte(n))
+	case n <= 0xffff:
+		return binary.BigEndian.AppendUint16(append(b, 126), uint16(n))
+	default:
+		return binary.BigEndian.AppendUint64(append(b, 127), uint64(n))
+	}
+}
