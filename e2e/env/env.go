@@ -93,8 +93,8 @@ type Options struct {
 	// its own, its kube-apiserver reachable from the host only through the
 	// HTTP CONNECT proxy of its Cluster's spec.proxyURL (pull.go).
 	PullMembers []string
-	Gateway GatewayOptions
-	Host    HostOptions
+	Gateway     GatewayOptions
+	Host        HostOptions
 	// Log receives one line per startup step; nil discards.
 	Log io.Writer
 	// ComponentLogVerbosity is the klog verbosity of in-process
