@@ -115,9 +115,9 @@ func (e *Env) startKarmada(ctx context.Context) error {
 		"--v=2",
 	)
 	if len(e.opts.PullMembers) > 0 {
-		// A Pull member's health is its agent's lease: see clusterLeaseDuration.
+		// A Pull member's health is its agent's lease (clusterLeaseDuration);
+		// Push members' is probed by the controller-manager itself.
 		k.controllerManager.args = append(k.controllerManager.args,
-			"--cluster-lease-duration="+clusterLeaseDuration.String(),
 			"--cluster-monitor-grace-period="+clusterMonitorGracePeriod.String())
 	}
 	k.scheduler = e.newProcess("karmada-scheduler", e.karmadaBinary(karmadaScheduler),

@@ -293,8 +293,8 @@ func (e *Env) registerPullMember(ctx context.Context, member string) error {
 // quarter of clusterLeaseDuration, and karmada-controller-manager calls a
 // Cluster whose lease is older than clusterMonitorGracePeriod not Ready
 // (Karmada's defaults, 40s both, would keep a stopped agent's Cluster Ready
-// for close to a minute). Push members' leases, renewed by the
-// controller-manager, follow the same duration.
+// for close to a minute). The grace period applies to Pull members only:
+// karmada-controller-manager probes Push members itself.
 const (
 	clusterLeaseDuration      = 8 * time.Second
 	clusterMonitorGracePeriod = 12 * time.Second
