@@ -148,7 +148,7 @@ func (e *Env) startEtcd(ctx context.Context) error {
 		args: []string{
 			"--name=e2e",
 			"--data-dir=" + dataDir,
-			"--listen-client-urls=" + clientURL,
+			"--listen-client-urls=" + strings.Join(append([]string{clientURL}, e.pullEtcdURLs(clientPort)...), ","),
 			"--advertise-client-urls=" + clientURL,
 			"--listen-peer-urls=" + peerURL,
 			"--initial-advertise-peer-urls=" + peerURL,
@@ -179,7 +179,7 @@ func (e *Env) apiServerArgs(s *apiServer) []string {
 	etcdURL := e.etcdURL
 	if p := e.pull[s.name]; p != nil {
 		// Inside the member's namespace the host's loopback is out of reach.
-		etcdURL = "http://" + p.etcdForward.addr().String()
+		etcdURL = p.etcdURL(e.etcdURL)
 	}
 	args := []string{
 		"--etcd-servers=" + etcdURL,

@@ -30,10 +30,10 @@ import (
 // kube-apiserver, kubelet, containerd, kube-scheduler, kube-controller-manager
 // and karmada-agent all listen on the namespace's loopback, and its pods hang
 // on a bridge inside it. A veth pair links the namespace to the host on a /24
-// of its own (a claimed slot of 198.18.0.0/16): the host end (.1) carries two
-// forwarders the member's processes dial out through (etcd for the member's
-// kube-apiserver, which keeps its data under its prefix in the shared etcd;
-// karmada-apiserver for the agent, whose serving certificate names that
+// of its own (a claimed slot of 198.18.0.0/16): on the host end (.1) the
+// member's processes dial out, the kube-apiserver to the shared etcd (which
+// listens there too, the member's data under its prefix) and the agent to a
+// forwarder to karmada-apiserver (whose serving certificate names that
 // address), and the namespace end (.2) carries Debian's tinyproxy, an HTTP
 // CONNECT proxy and the one way in. The Cluster's spec.apiEndpoint is
 // https://127.0.0.1:<port>, which is the member's apiserver only inside the
@@ -71,8 +71,8 @@ type pullMember struct {
 	link *netSlot
 	// netns is the namespace's name (under /run/netns).
 	netns string
-	// etcdForward and karmadaForward listen on the host end of the link.
-	etcdForward, karmadaForward *forwarder
+	// karmadaForward listens on the host end of the link.
+	karmadaForward *forwarder
 	proxyPort                   int
 	proxy, agent                *process
 }
@@ -146,18 +146,35 @@ func (e *Env) newPullMembers() error {
 	return nil
 }
 
-// startPullLinks starts, once etcd runs, what a Pull member's apiserver
-// needs before it starts: the etcd forwarder and the proxy into its namespace.
+// pullEtcdURLs are the extra client URLs etcd listens on: the host end of
+// every Pull member's link, at etcd's loopback port. etcd serves them
+// itself, with no relay in between: its health is the member apiserver's
+// readiness, which the agent reports as the Cluster's.
+func (e *Env) pullEtcdURLs(port int) []string {
+	var out []string
+	for _, m := range e.opts.PullMembers {
+		out = append(out, "http://"+netip.AddrPortFrom(e.pull[m].hostAddr(), uint16(port)).String())
+	}
+	return out
+}
+
+// etcdURL is etcd's client URL as the member's apiserver dials it: the
+// host end of the link, at the port of loopbackURL.
+func (p *pullMember) etcdURL(loopbackURL string) string {
+	u, err := url.Parse(loopbackURL)
+	if err != nil {
+		return loopbackURL
+	}
+	return "http://" + net.JoinHostPort(p.hostAddr().String(), u.Port())
+}
+
+// startPullLinks starts, once etcd runs, what a Pull member needs besides
+// its apiserver: the forwarder to karmada-apiserver and the proxy into its
+// namespace.
 func (e *Env) startPullLinks() error {
 	for _, m := range e.opts.PullMembers {
 		p := e.pull[m]
-		etcd, err := url.Parse(e.etcdURL)
-		if err != nil {
-			return err
-		}
-		if p.etcdForward, err = listenForwarder(netip.AddrPortFrom(p.hostAddr(), 0), etcd.Host); err != nil {
-			return err
-		}
+		var err error
 		if p.karmadaForward, err = listenForwarder(netip.AddrPortFrom(p.hostAddr(), 0), hostPort(e.karmada.port)); err != nil {
 			return err
 		}
@@ -398,10 +415,8 @@ func (e *Env) stopPullNetworks() {
 		if p.proxy != nil {
 			p.proxy.stop(5 * time.Second)
 		}
-		for _, f := range []*forwarder{p.etcdForward, p.karmadaForward} {
-			if f != nil {
-				f.close()
-			}
+		if p.karmadaForward != nil {
+			p.karmadaForward.close()
 		}
 		if err := ip("netns", "del", p.netns); err != nil {
 			e.logf("delete network namespace of %s: %v", p.name, err)
@@ -429,10 +444,8 @@ func (e *Env) pullLeftovers() []string {
 		if err := exec.Command("ip", "link", "show", p.link.bridge()).Run(); err == nil {
 			out = append(out, fmt.Sprintf("%s: link %s", p.name, p.link.bridge()))
 		}
-		for _, f := range []*forwarder{p.etcdForward, p.karmadaForward} {
-			if f != nil && !f.isClosed() {
-				out = append(out, fmt.Sprintf("%s: forwarder on %s still listening", p.name, f.addr()))
-			}
+		if f := p.karmadaForward; f != nil && !f.isClosed() {
+			out = append(out, fmt.Sprintf("%s: forwarder on %s still listening", p.name, f.addr()))
 		}
 	}
 	return out
