@@ -73,11 +73,12 @@ type pullMember struct {
 	netns string
 	// karmadaForward listens on the host end of the link.
 	karmadaForward *forwarder
-	proxyPort                   int
-	proxy, agent                *process
+	proxyPort      int
+	proxy, agent   *process
 }
 
-// hostAddr is the host end of the link: the forwarders listen there.
+// hostAddr is the host end of the link: etcd and the forwarder to
+// karmada-apiserver listen there.
 func (p *pullMember) hostAddr() netip.Addr { return p.link.gateway() }
 
 // nsAddr is the namespace end of the link: the proxy listens there.
