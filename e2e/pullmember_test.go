@@ -258,7 +258,7 @@ func testPullFaults(t *testing.T) {
 		waitExecWorks(t, ctx, pod)
 	})
 
-	t.Run("proxy killed: open execs and logs -f end with an error naming the member", func(t *testing.T) {
+	t.Run("proxy killed: open execs end with an error naming the member, logs -f with an error", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 		defer cancel()
 		cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
