@@ -57,7 +57,7 @@ $(BIN)/kubectl: $(TOOLS_DEPS)
 $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum hack/go-build-cached.sh
 	LDFLAGS="$(HELM_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/helm helm.sh/helm/v3/cmd/helm $@
 
-## karmada: karmada-aggregated-apiserver, -controller-manager, -scheduler and
+## karmada: karmada-aggregated-apiserver, -controller-manager, -scheduler, -agent and
 ## -webhook built from Karmada's source at KARMADA_COMMIT into bin/karmada/,
 ## the source kept in _output/karmada-src (the e2e environment applies its
 ## CRDs and manifests). The source is KARMADA_SRC_ARCHIVE if that file exists

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the four Karmada binaries the e2e environment runs
-# (karmada-aggregated-apiserver, -controller-manager, -scheduler, -webhook)
-# from Karmada's source at one pinned commit, into BIN_DIR/karmada/.
+# Builds the Karmada binaries the e2e environment runs
+# (karmada-aggregated-apiserver, -controller-manager, -scheduler, -webhook,
+# and karmada-agent for Pull-mode members) from Karmada's source at one pinned commit, into BIN_DIR/karmada/.
 #
 # The source comes from, in order: KARMADA_SRC_ARCHIVE (a tar.gz of the tree
 # at that commit, e.g. an offline cache), else a git clone of KARMADA_REPO.
@@ -18,7 +18,16 @@ GO=${GO:-go}
 out="$BIN_DIR/karmada"
 stamp="$out/COMMIT"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$KARMADA_COMMIT" ] && [ -f "$SRC_DIR/COMMIT" ]; then
+binaries=(aggregated-apiserver controller-manager scheduler webhook agent)
+
+# all_in DIR: every binary is in DIR (a build or cache from before the
+# agent was added lacks it and must not count as done).
+all_in() {
+  local b
+  for b in "${binaries[@]}"; do [ -f "$1/$b" ] || return 1; done
+}
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$KARMADA_COMMIT" ] && [ -f "$SRC_DIR/COMMIT" ] && all_in "$out"; then
   exit 0
 fi
 
@@ -78,9 +87,8 @@ fi
 # next to Go's own: a fresh clone on a machine that built them once copies
 # them instead of relinking four large binaries (about a minute on 2 cores).
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/karmada-exec-gateway/karmada-$KARMADA_COMMIT-$("$GO" env GOVERSION)"
-binaries=(aggregated-apiserver controller-manager scheduler webhook)
 mkdir -p "$out"
-if [ -f "$cache/COMMIT" ]; then
+if [ -f "$cache/COMMIT" ] && all_in "$cache"; then
   for b in "${binaries[@]}"; do cp -f "$cache/$b" "$out/$b"; done
   echo "$KARMADA_COMMIT" > "$stamp"
   echo "karmada: ${binaries[*]} from $cache"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,14 @@ func (e *Env) writeCredentials() error {
 		UserExecKarmadaOnly: "e2e:karmada-only", UserExecGroupUnbound: GroupUnbound,
 	}
 	karmadaHosts := loopbackHosts
+	if err := e.newPullMembers(); err != nil {
+		return err
+	}
+	for _, m := range e.opts.PullMembers {
+		// The agents reach karmada-apiserver through the forwarder on the
+		// host end of their link.
+		karmadaHosts = append(slices.Clone(karmadaHosts), e.pull[m].hostAddr().String())
+	}
 	if e.opts.Host.Enabled {
 		// The host cluster's pods reach karmada-apiserver at the host's
 		// address on their bridge (the forwarder there), so the serving
@@ -85,7 +94,7 @@ func (e *Env) writeCredentials() error {
 		if err != nil {
 			return err
 		}
-		karmadaHosts = append(slices.Clone(loopbackHosts), n.slot.gateway().String())
+		karmadaHosts = append(slices.Clone(karmadaHosts), n.slot.gateway().String())
 	}
 	if e.karmada, err = newServer(KarmadaName, karmadaUsers, karmadaHosts); err != nil {
 		return err
@@ -139,7 +148,7 @@ func (e *Env) startEtcd(ctx context.Context) error {
 		args: []string{
 			"--name=e2e",
 			"--data-dir=" + dataDir,
-			"--listen-client-urls=" + clientURL,
+			"--listen-client-urls=" + strings.Join(append([]string{clientURL}, e.pullEtcdURLs(clientPort)...), ","),
 			"--advertise-client-urls=" + clientURL,
 			"--listen-peer-urls=" + peerURL,
 			"--initial-advertise-peer-urls=" + peerURL,
@@ -167,8 +176,13 @@ func (e *Env) startEtcd(ctx context.Context) error {
 // apiServerArgs are the flags shared by every apiserver, then the
 // karmada-apiserver's aggregator flags or the members' kubelet flags.
 func (e *Env) apiServerArgs(s *apiServer) []string {
+	etcdURL := e.etcdURL
+	if p := e.pull[s.name]; p != nil {
+		// Inside the member's namespace the host's loopback is out of reach.
+		etcdURL = p.etcdURL(e.etcdURL)
+	}
 	args := []string{
-		"--etcd-servers=" + e.etcdURL,
+		"--etcd-servers=" + etcdURL,
 		"--etcd-prefix=/" + s.name,
 		"--secure-port=" + strconv.Itoa(s.port),
 		"--bind-address=127.0.0.1",
@@ -225,6 +239,9 @@ func (e *Env) apiServerArgs(s *apiServer) []string {
 }
 
 func (e *Env) startAPIServers(ctx context.Context) error {
+	if err := e.startPullLinks(); err != nil {
+		return err
+	}
 	servers := e.apiServers()
 	for _, s := range servers {
 		s.proc = &process{
@@ -232,6 +249,9 @@ func (e *Env) startAPIServers(ctx context.Context) error {
 			path:    filepath.Join(e.opts.BinDir, "kube-apiserver"),
 			args:    e.apiServerArgs(s),
 			logPath: filepath.Join(e.logDir, s.name+"-apiserver.log"),
+		}
+		if p := e.pull[s.name]; p != nil {
+			s.proc.netns = p.netns
 		}
 		if err := s.proc.start(); err != nil {
 			return err
@@ -247,7 +267,7 @@ func (e *Env) startAPIServers(ctx context.Context) error {
 }
 
 func (e *Env) waitReady(ctx context.Context, s *apiServer) error {
-	return e.waitHTTP(ctx, s.proc, s.url()+"/readyz", e.tokens[UserAdmin], 90*time.Second)
+	return e.waitHTTPVia(ctx, s.proc, s.url()+"/readyz", e.tokens[UserAdmin], 90*time.Second, e.proxyFunc(s.name))
 }
 
 // StopMember stops member's apiserver, an outage as the rest of the
@@ -275,7 +295,13 @@ func (e *Env) StartMember(ctx context.Context, name string) error {
 // waitHTTP polls url until it answers 200, the process exits, or timeout.
 // token may be "" (no Authorization) and the server is verified against the CA.
 func (e *Env) waitHTTP(ctx context.Context, p *process, url string, token string, timeout time.Duration) error {
+	return e.waitHTTPVia(ctx, p, url, token, timeout, nil)
+}
+
+// waitHTTPVia is waitHTTP through proxy (nil: direct).
+func (e *Env) waitHTTPVia(ctx context.Context, p *process, url string, token string, timeout time.Duration, proxy func(*http.Request) (*neturl.URL, error)) error {
 	client := e.httpClient()
+	client.Transport.(*http.Transport).Proxy = proxy
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if p != nil && !p.running() {

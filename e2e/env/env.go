@@ -88,8 +88,13 @@ type Options struct {
 	KeepWorkDir bool
 	// Members names the member clusters (default member1, member2).
 	Members []string
-	Gateway GatewayOptions
-	Host    HostOptions
+	// PullMembers names the Members joined in Pull mode by karmada-agent
+	// (the others join in Push mode). Each runs in a network namespace of
+	// its own, its kube-apiserver reachable from the host only through the
+	// HTTP CONNECT proxy of its Cluster's spec.proxyURL (pull.go).
+	PullMembers []string
+	Gateway     GatewayOptions
+	Host        HostOptions
 	// Log receives one line per startup step; nil discards.
 	Log io.Writer
 	// ComponentLogVerbosity is the klog verbosity of in-process
@@ -142,6 +147,8 @@ type Env struct {
 	members      map[string]*apiServer
 	nodes        map[string]*node
 	karmadaProcs karmadaProcesses
+	// pull holds the Pull members' namespaces, links, proxies and agents.
+	pull map[string]*pullMember
 	// hostForward carries the host cluster's pods to karmada-apiserver.
 	hostForward *forwarder
 
@@ -257,6 +264,14 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	for _, b := range []string{karmadaAggregatedAPIServer, karmadaControllerManager, karmadaScheduler, karmadaWebhook} {
 		bins = append(bins, filepath.Join(opts.BinDir, "karmada", b))
 	}
+	for _, m := range opts.PullMembers {
+		if !slices.Contains(opts.Members, m) {
+			return nil, fmt.Errorf("Pull member %q is not one of Members %v", m, opts.Members)
+		}
+	}
+	if len(opts.PullMembers) > 0 {
+		bins = append(bins, filepath.Join(opts.BinDir, "karmada", karmadaAgent), "/usr/bin/tinyproxy", "/usr/bin/nsenter")
+	}
 	for _, bin := range bins {
 		if !fileExists(bin) {
 			return nil, fmt.Errorf("%s is missing (make tools builds Kubernetes' and Karmada's binaries and installs etcd and containerd from Debian)", bin)
@@ -272,7 +287,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	e := &Env{opts: opts, log: opts.Log, tokens: map[string]string{}, members: map[string]*apiServer{}, nodes: map[string]*node{}}
+	e := &Env{opts: opts, log: opts.Log, tokens: map[string]string{}, members: map[string]*apiServer{}, nodes: map[string]*node{}, pull: map[string]*pullMember{}}
 	if e.log == nil {
 		e.log = io.Discard
 	}
@@ -435,6 +450,7 @@ func (e *Env) stop(keep bool) {
 		if e.hostForward != nil {
 			e.hostForward.close()
 		}
+		e.stopPullProcesses()
 		var nodes sync.WaitGroup
 		for _, n := range e.nodes {
 			nodes.Go(func() { e.stopNode(n) })
@@ -451,6 +467,7 @@ func (e *Env) stop(keep bool) {
 			wg.Go(func() { s.proc.stop(5 * time.Second) })
 		}
 		wg.Wait()
+		e.stopPullNetworks()
 		if e.etcd != nil {
 			e.etcd.stop(5 * time.Second)
 		}
@@ -530,9 +547,12 @@ func (e *Env) KarmadaConfig(user string) *rest.Config {
 	return e.restConfig(e.karmada.url(), user)
 }
 
-// MemberConfig is a rest.Config for the member's admin.
+// MemberConfig is a rest.Config for the member's admin; a Pull member's
+// goes through its proxy, the only way to it from the host.
 func (e *Env) MemberConfig(member string) *rest.Config {
-	return e.restConfig(e.member(member).url(), UserAdmin)
+	cfg := e.restConfig(e.member(member).url(), UserAdmin)
+	cfg.Proxy = e.proxyFunc(member)
+	return cfg
 }
 
 // ClusterProxyConfig is a rest.Config for user whose host is the cluster

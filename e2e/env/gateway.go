@@ -236,6 +236,17 @@ func (e *Env) GatewayRunning() bool {
 	return e.gateway != nil && e.gateway.proc.running()
 }
 
+// GatewayPID is the gateway process's id (0 before it first starts): a
+// test that must heal without a gateway restart compares it.
+func (e *Env) GatewayPID() int {
+	e.gwMu.Lock()
+	defer e.gwMu.Unlock()
+	if e.gateway == nil {
+		return 0
+	}
+	return e.gateway.proc.pid()
+}
+
 // GatewayURL is the gateway's base URL ("" before it first starts).
 func (e *Env) GatewayURL() string {
 	e.gwMu.Lock()

@@ -114,6 +114,12 @@ func (e *Env) startKarmada(ctx context.Context) error {
 		"--health-probe-bind-address="+hostPort(cmHealth),
 		"--v=2",
 	)
+	if len(e.opts.PullMembers) > 0 {
+		// A Pull member's health is its agent's lease (clusterLeaseDuration);
+		// Push members' is probed by the controller-manager itself.
+		k.controllerManager.args = append(k.controllerManager.args,
+			"--cluster-monitor-grace-period="+clusterMonitorGracePeriod.String())
+	}
 	k.scheduler = e.newProcess("karmada-scheduler", e.karmadaBinary(karmadaScheduler),
 		"--kubeconfig="+kubeconfig,
 		"--enable-scheduler-estimator=false",
@@ -355,13 +361,22 @@ func ImpersonatorSecret(member string) string { return member + "-impersonator" 
 // TokenRequest tokens as Secrets and the Cluster object.
 func (e *Env) joinMembers(ctx context.Context) error {
 	for _, m := range e.opts.Members {
-		if err := e.joinMember(ctx, m); err != nil {
+		join := e.joinMember
+		if e.isPull(m) {
+			join = e.registerPullMember
+		}
+		if err := join(ctx, m); err != nil {
 			return fmt.Errorf("join %s: %w", m, err)
 		}
 	}
 	for _, m := range e.opts.Members {
 		if err := e.WaitClusterReady(ctx, m); err != nil {
 			return err
+		}
+		if e.isPull(m) {
+			if err := e.afterPullRegistered(ctx, m); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

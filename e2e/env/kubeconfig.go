@@ -35,6 +35,21 @@ func (e *Env) writeKubeconfigs() error {
 		if err := e.writeKubeconfig(e.MemberKubeconfig(m), m, e.members[m].url(), UserAdmin); err != nil {
 			return err
 		}
+		if p := e.pull[m]; p != nil {
+			// The host's kubectl reaches a Pull member through its proxy;
+			// the member's own processes dial it inside its namespace.
+			cfg, err := clientcmd.LoadFromFile(e.MemberKubeconfig(m))
+			if err != nil {
+				return err
+			}
+			if err := clientcmd.WriteToFile(*cfg, e.memberLocalKubeconfig(m)); err != nil {
+				return err
+			}
+			cfg.Clusters[m].ProxyURL = p.proxyURL().String()
+			if err := clientcmd.WriteToFile(*cfg, e.MemberKubeconfig(m)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -45,6 +45,9 @@ type netSlot struct {
 	// nonce makes the bridge and cgroup names of this claim unique, so that
 	// what a test sees after Stop is never the next claim's.
 	nonce string
+	// netns, if set, is the network namespace the slot's bridge lives in (a
+	// Pull-mode member's): it goes with the namespace.
+	netns string
 }
 
 // claimNetSlot takes the first free slot.
@@ -69,6 +72,7 @@ func claimNetSlot() (*netSlot, error) {
 			s.release()
 			return nil, err
 		}
+		s.deleteStaleNetns()
 		return s, nil
 	}
 	return nil, fmt.Errorf("all %d pod network slots of %s are taken", netSlots, podNetworks)
@@ -126,6 +130,9 @@ func (s *netSlot) deleteStaleBridges() error {
 
 // veths are the host ends of the pods' veth pairs on the bridge.
 func (s *netSlot) veths() []string {
+	if s.netns != "" {
+		return nil // inside the namespace, deleted with it
+	}
 	entries, _ := os.ReadDir(filepath.Join("/sys/class/net", s.bridge(), "brif"))
 	var out []string
 	for _, e := range entries {
@@ -149,6 +156,9 @@ func (s *netSlot) createBridge() error {
 		{"addr", "add", gw, "dev", s.bridge()},
 		{"link", "set", s.bridge(), "up"},
 	} {
+		if s.netns != "" {
+			args = append([]string{"-n", s.netns}, args...)
+		}
 		if err := ip(args...); err != nil {
 			return err
 		}
@@ -157,6 +167,9 @@ func (s *netSlot) createBridge() error {
 }
 
 func (s *netSlot) deleteBridge() error {
+	if s.netns != "" {
+		return nil // deleted with the namespace
+	}
 	if _, err := net.InterfaceByName(s.bridge()); err != nil {
 		return nil
 	}

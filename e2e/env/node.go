@@ -113,6 +113,9 @@ func (e *Env) startNode(ctx context.Context, n *node) error {
 			return err
 		}
 	}
+	if p := e.pull[n.member]; p != nil {
+		n.slot.netns = p.netns
+	}
 	if err := n.slot.createBridge(); err != nil {
 		return err
 	}
@@ -214,6 +217,7 @@ func (e *Env) startContainerd(ctx context.Context, n *node) error {
 	// goes to a closed loopback port instead of resolving and dialing a
 	// registry: no name lookup or connection leaves the machine.
 	n.containerd.env = []string{"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=", "https_proxy=", "http_proxy=", "no_proxy="}
+	n.containerd.netns = e.netnsOf(n.member)
 	if err := n.containerd.start(); err != nil {
 		return err
 	}
@@ -293,6 +297,7 @@ func (e *Env) startKubelet(n *node) error {
 		"--node-ip="+n.slot.gateway().String(),
 		"--v=1",
 	)
+	n.kubelet.netns = e.netnsOf(n.member)
 	return n.kubelet.start()
 }
 
@@ -348,7 +353,7 @@ func kubeletConfig(n *node, serving *keyPair, caFile string) *kubeletv1beta1.Kub
 // the not-ready taint a kubelet registers with, or lists pod IPs for
 // services/proxy.
 func (e *Env) startMemberControlPlane(n *node) error {
-	kubeconfig := e.MemberKubeconfig(n.member)
+	kubeconfig := e.memberLocalKubeconfig(n.member)
 	ports, err := freePorts(2)
 	if err != nil {
 		return err
@@ -367,9 +372,20 @@ func (e *Env) startMemberControlPlane(n *node) error {
 	if n.member == HostCluster {
 		controllers = e.hostControllerArgs()
 	}
+	if e.isPull(n.member) {
+		// karmada-agent registers with a legacy ServiceAccount token Secret
+		// it creates and waits for the token controller to fill, as on a
+		// real cluster (pkg/util WaitForServiceAccountSecretCreation).
+		controllers = []string{
+			"--controllers=endpointslice-controller,node-lifecycle-controller,serviceaccount-token-controller",
+			"--root-ca-file=" + e.CAFile(),
+			"--service-account-private-key-file=" + filepath.Join(e.pkiDir, "sa.key"),
+		}
+	}
 	n.controllers = e.newProcess("kube-controller-manager-"+n.member, filepath.Join(e.opts.BinDir, "kube-controller-manager"),
 		append(append(common, "--secure-port="+strconv.Itoa(ports[1])), controllers...)...)
 	for _, p := range []*process{n.scheduler, n.controllers} {
+		p.netns = e.netnsOf(n.member)
 		if err := p.start(); err != nil {
 			return err
 		}

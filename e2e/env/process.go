@@ -21,6 +21,10 @@ type process struct {
 	args    []string
 	env     []string
 	logPath string
+	// netns, if set, is the network namespace (under /run/netns) the
+	// process runs in: nsenter enters it and execs path, so the pid, the
+	// process group and the signals are path's own.
+	netns string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -47,6 +51,9 @@ func (p *process) start() error {
 	// The header makes restarts visible in the log tail printed on failure.
 	fmt.Fprintf(logFile, "=== %s start %s: %s %s\n", time.Now().Format(time.RFC3339Nano), p.name, p.path, strings.Join(p.args, " "))
 	cmd := exec.Command(p.path, p.args...)
+	if p.netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netnsPath(p.netns), "--", p.path}, p.args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if p.env != nil {
 		cmd.Env = append(os.Environ(), p.env...)
@@ -70,6 +77,16 @@ func (p *process) start() error {
 		close(done)
 	}()
 	return nil
+}
+
+// pid is the current run's process id (0 if never started).
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // exited returns a channel closed when the current run ends, or nil if the

@@ -322,6 +322,7 @@ func (e *Env) Leftovers() []string {
 			}
 		}
 	}
+	out = append(out, e.pullLeftovers()...)
 	if e.hostForward != nil && !e.hostForward.isClosed() {
 		out = append(out, "forwarder to karmada-apiserver still listening on "+e.hostForward.addr().String())
 	}

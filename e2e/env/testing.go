@@ -22,7 +22,7 @@ func StartForTest(t testing.TB, opts Options) *Env {
 	if opts.Log == nil {
 		opts.Log = testWriter{t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	e, err := Start(ctx, opts)
 	if err != nil {
