@@ -63,11 +63,17 @@ $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum hack/go-build-cached.sh
 ## CRDs and manifests). The source is KARMADA_SRC_ARCHIVE if that file exists
 ## (an offline copy of the tree; by default the one a workspace may keep in
 ## ../shared), else a git clone. Rebuilt only when the commit changes.
+## KARMADA_VERSION=v1.18.2 builds that release tag instead, into
+## bin/karmada-v1.18.2/ and _output/karmada-src-v1.18.2 (make compat's matrix).
 KARMADA_COMMIT := f8fdd02df
-KARMADA_SRC_ARCHIVE ?= $(abspath $(CURDIR)/../shared/karmada/src/karmada-$(KARMADA_COMMIT).tar.gz)
+KARMADA_VERSION ?=
+KARMADA_REF := $(or $(KARMADA_VERSION),$(KARMADA_COMMIT))
+KARMADA_SUFFIX := $(if $(KARMADA_VERSION),-$(KARMADA_VERSION))
+KARMADA_SRC_ARCHIVE ?= $(abspath $(CURDIR)/../shared/karmada/src/karmada-$(KARMADA_REF).tar.gz)
 karmada:
-	@KARMADA_COMMIT=$(KARMADA_COMMIT) KARMADA_SRC_ARCHIVE=$(KARMADA_SRC_ARCHIVE) \
-		BIN_DIR=$(BIN) SRC_DIR=$(CURDIR)/_output/karmada-src GO=$(GO) hack/build-karmada.sh
+	@KARMADA_COMMIT=$(KARMADA_REF) KARMADA_SRC_ARCHIVE=$(KARMADA_SRC_ARCHIVE) \
+		BIN_DIR=$(BIN) KARMADA_OUT=$(BIN)/karmada$(KARMADA_SUFFIX) \
+		SRC_DIR=$(CURDIR)/_output/karmada-src$(KARMADA_SUFFIX) GO=$(GO) hack/build-karmada.sh
 
 etcd:
 	@command -v etcd >/dev/null || hack/install-etcd.sh
