@@ -17,7 +17,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/gateway/Chart.
 IMAGE ?= ghcr.io/karmada-exec-gateway/karmada-exec-gateway:$(VERSION)
 PUSH ?=
 
-.PHONY: all build image ca-certificates test unit e2e demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
+.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
 
 all: build
 
@@ -108,6 +108,15 @@ unit: $(BIN)/helm shellcheck prometheus ca-certificates
 
 e2e: tools
 	cd e2e && $(GO) test -count=1 -timeout 25m -v .
+
+## compat: the e2e compatibility subset (smoke, streams, executors, status
+## fidelity, member-local pods) against the pinned commit and each Karmada
+## release of COMPAT_VERSIONS, each built on first use; prints a table of test
+## by version, kept in _output/compat/compat.md (hack/compat.sh). On demand,
+## not in CI: about ten minutes per version once built.
+COMPAT_VERSIONS ?= pinned v1.18.2 v1.16.8
+compat: tools
+	COMPAT_VERSIONS="$(COMPAT_VERSIONS)" GO=$(GO) MAKE="$(MAKE)" hack/compat.sh
 
 ## demo: the local Karmada-like environment with the gateway and a real kubectl exec through it.
 demo: tools
