@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # Builds the four Karmada binaries the e2e environment runs
 # (karmada-aggregated-apiserver, -controller-manager, -scheduler, -webhook)
-# from Karmada's source at one commit or release tag (KARMADA_COMMIT), into
-# KARMADA_OUT (default BIN_DIR/karmada/; a release goes to its own directory,
-# e.g. bin/karmada-v1.18.2/, so several versions sit side by side).
+# from Karmada's source at one pinned commit, into BIN_DIR/karmada/.
 #
 # The source comes from, in order: KARMADA_SRC_ARCHIVE (a tar.gz of the tree
-# at that commit, e.g. an offline cache), else a git clone of KARMADA_REPO
-# checked out at the commit or tag. The tree is kept in SRC_DIR (gitignored)
-# because the e2e environment reads Karmada's CRDs and deploy manifests from
-# it. Nothing is rebuilt when KARMADA_OUT/COMMIT already names the commit.
+# at that commit, e.g. an offline cache), else a git clone of KARMADA_REPO.
+# The tree is kept in SRC_DIR (gitignored) because the e2e environment reads
+# Karmada's CRDs and deploy manifests from it. Nothing is rebuilt when
+# BIN_DIR/karmada/COMMIT already names the pinned commit.
 set -euo pipefail
 
 : "${KARMADA_COMMIT:?pinned commit}"
@@ -17,6 +15,9 @@ set -euo pipefail
 : "${SRC_DIR:?where the source tree goes}"
 KARMADA_REPO=${KARMADA_REPO:-https://github.com/karmada-io/karmada.git}
 GO=${GO:-go}
+# KARMADA_OUT puts a release elsewhere (make karmada KARMADA_VERSION=v1.18.2:
+# KARMADA_COMMIT is then the tag, cloned at it, and the binaries go to
+# bin/karmada-v1.18.2/), so several Karmadas sit side by side.
 out="${KARMADA_OUT:-$BIN_DIR/karmada}"
 stamp="$out/COMMIT"
 
