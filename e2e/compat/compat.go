@@ -44,14 +44,21 @@ type Run struct {
 	Elapsed time.Duration
 	// Err says why there is no usable output (nothing was run).
 	Err string
+	// StartErr is TestMain's "FAIL: ..." line when the environment did
+	// not start, so the table says why without opening the log.
+	StartErr string
 }
 
 // event is the part of test2json's record this package reads.
 type event struct {
 	Action  string
 	Test    string
+	Output  string
 	Elapsed float64
 }
+
+// maxStartErr bounds the start error quoted in a table cell.
+const maxStartErr = 200
 
 // Parse reads one run's `go test -json` output. Lines that are not test2json
 // records (build errors, a make's chatter) are ignored; subtests are folded
@@ -71,6 +78,12 @@ func Parse(version string, r io.Reader) (Run, error) {
 			continue
 		}
 		if ev.Test == "" {
+			if ev.Action == "output" && run.StartErr == "" && strings.HasPrefix(ev.Output, "FAIL: ") {
+				run.StartErr = strings.TrimSpace(ev.Output)
+				if len(run.StartErr) > maxStartErr {
+					run.StartErr = run.StartErr[:maxStartErr] + "..."
+				}
+			}
 			switch ev.Action {
 			case "pass", "fail", "skip":
 				sawPackage = true
@@ -114,7 +127,10 @@ func (r Run) Verdict(want []string) string {
 		return "FAIL: " + r.Err
 	}
 	if r.PackageFailed && len(r.Tests) == 0 {
-		return "FAIL: the environment did not start (no test ran; see its log)"
+		if r.StartErr != "" {
+			return "FAIL: the environment did not start, no test ran (" + strings.ReplaceAll(r.StartErr, "|", "/") + ")"
+		}
+		return "FAIL: the environment did not start, no test ran (see its log)"
 	}
 	var bad []string
 	for _, t := range want {

@@ -89,7 +89,7 @@ func TestVerdict(t *testing.T) {
 			name: "environment did not start",
 			out: `{"Action":"output","Output":"FAIL: start e2e environment: ...\n"}
 {"Action":"fail","Elapsed":60}`,
-			want: "FAIL: the environment did not start",
+			want: "FAIL: the environment did not start, no test ran (FAIL: start e2e environment: ...)",
 		},
 		{
 			name: "no output at all",
