@@ -116,7 +116,7 @@ e2e: tools
 ## versions and tests (COMPAT_VERSIONS=..., COMPAT_TESTS=... override them).
 ## On demand, not in CI: minutes per version once built.
 compat: tools
-	GO=$(GO) MAKE="$(MAKE)" hack/compat.sh
+	GO=$(GO) hack/compat.sh
 
 ## demo: the local Karmada-like environment with the gateway and a real kubectl exec through it.
 demo: tools
