@@ -17,7 +17,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/gateway/Chart.
 IMAGE ?= ghcr.io/karmada-exec-gateway/karmada-exec-gateway:$(VERSION)
 PUSH ?=
 
-.PHONY: all build image ca-certificates test unit e2e demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
+.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
 
 all: build
 
@@ -63,11 +63,17 @@ $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum hack/go-build-cached.sh
 ## CRDs and manifests). The source is KARMADA_SRC_ARCHIVE if that file exists
 ## (an offline copy of the tree; by default the one a workspace may keep in
 ## ../shared), else a git clone. Rebuilt only when the commit changes.
+## KARMADA_VERSION=v1.18.2 builds that release tag instead, into
+## bin/karmada-v1.18.2/ and _output/karmada-src-v1.18.2 (make compat's matrix).
 KARMADA_COMMIT := f8fdd02df
-KARMADA_SRC_ARCHIVE ?= $(abspath $(CURDIR)/../shared/karmada/src/karmada-$(KARMADA_COMMIT).tar.gz)
+KARMADA_VERSION ?=
+KARMADA_REF := $(or $(KARMADA_VERSION),$(KARMADA_COMMIT))
+KARMADA_SUFFIX := $(if $(KARMADA_VERSION),-$(KARMADA_VERSION))
+KARMADA_SRC_ARCHIVE ?= $(abspath $(CURDIR)/../shared/karmada/src/karmada-$(KARMADA_REF).tar.gz)
 karmada:
-	@KARMADA_COMMIT=$(KARMADA_COMMIT) KARMADA_SRC_ARCHIVE=$(KARMADA_SRC_ARCHIVE) \
-		BIN_DIR=$(BIN) SRC_DIR=$(CURDIR)/_output/karmada-src GO=$(GO) hack/build-karmada.sh
+	@KARMADA_COMMIT=$(KARMADA_REF) KARMADA_SRC_ARCHIVE=$(KARMADA_SRC_ARCHIVE) \
+		BIN_DIR=$(BIN) KARMADA_OUT=$(BIN)/karmada$(KARMADA_SUFFIX) \
+		SRC_DIR=$(CURDIR)/_output/karmada-src$(KARMADA_SUFFIX) GO=$(GO) hack/build-karmada.sh
 
 etcd:
 	@command -v etcd >/dev/null || hack/install-etcd.sh
@@ -108,6 +114,15 @@ unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 
 e2e: tools
 	cd e2e && $(GO) test -count=1 -timeout 25m -v .
+
+## compat: the e2e compatibility subset (smoke, streams, executors, status
+## fidelity, member-local pods) against the pinned commit and each supported
+## Karmada release, each built on first use; prints a table of test by
+## version, kept in _output/compat/compat.md. hack/compat.sh names the
+## versions and tests (COMPAT_VERSIONS=..., COMPAT_TESTS=... override them).
+## On demand, not in CI: minutes per version once built.
+compat: tools
+	GO=$(GO) hack/compat.sh
 
 ## demo: the local Karmada-like environment with the gateway and a real kubectl exec through it.
 demo: tools

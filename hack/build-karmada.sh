@@ -15,7 +15,10 @@ set -euo pipefail
 : "${SRC_DIR:?where the source tree goes}"
 KARMADA_REPO=${KARMADA_REPO:-https://github.com/karmada-io/karmada.git}
 GO=${GO:-go}
-out="$BIN_DIR/karmada"
+# KARMADA_OUT puts a release elsewhere (make karmada KARMADA_VERSION=v1.18.2:
+# KARMADA_COMMIT is then the tag, cloned at it, and the binaries go to
+# bin/karmada-v1.18.2/), so several Karmadas sit side by side.
+out="${KARMADA_OUT:-$BIN_DIR/karmada}"
 stamp="$out/COMMIT"
 
 binaries=(aggregated-apiserver controller-manager scheduler webhook agent)

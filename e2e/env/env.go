@@ -67,8 +67,13 @@ type Options struct {
 	// BinDir holds kube-apiserver, kube-controller-manager, kubectl and,
 	// in karmada/, Karmada's binaries (make tools builds them all).
 	BinDir string
-	// KarmadaSrcDir is Karmada's source tree at the pinned commit; its
-	// deploy manifests (APIService, webhook configuration) are applied.
+	// KarmadaBinDir holds Karmada's binaries (default BinDir/karmada, the
+	// pinned commit; BinDir/karmada-<version> for a release that
+	// `make karmada KARMADA_VERSION=<version>` built).
+	KarmadaBinDir string
+	// KarmadaSrcDir is Karmada's source tree at the commit the binaries
+	// were built from; its deploy manifests (APIService, webhook
+	// configuration) are applied.
 	KarmadaSrcDir string
 	// CRDDir holds the Karmada CRDs, in folders below it; every CRD is applied
 	// (default: KarmadaSrcDir/charts/karmada/_crds/bases).
@@ -172,10 +177,13 @@ type Env struct {
 	stopOnce sync.Once
 }
 
-// DefaultOptions fills the paths from the E2E_BIN_DIR, E2E_KARMADA_SRC,
-// E2E_CRD_DIR and E2E_ETCD environment variables, else from the repository
-// around the working directory (bin/ and _output/karmada-src, where
-// `make tools` puts them). E2E_KEEP=1 keeps the work directory.
+// DefaultOptions fills the paths from the E2E_BIN_DIR, E2E_KARMADA_BIN_DIR,
+// E2E_KARMADA_SRC, E2E_CRD_DIR and E2E_ETCD environment variables, else from
+// the repository around the working directory (bin/, bin/karmada and
+// _output/karmada-src, where `make tools` puts them).
+// E2E_KARMADA_VERSION=<version> picks the release `make karmada
+// KARMADA_VERSION=<version>` built instead (bin/karmada-<version>,
+// _output/karmada-src-<version>). E2E_KEEP=1 keeps the work directory.
 func DefaultOptions(opts Options) Options {
 	root, _ := FindRepoRoot()
 	if opts.BinDir == "" {
@@ -184,11 +192,21 @@ func DefaultOptions(opts Options) Options {
 	if opts.BinDir == "" && root != "" {
 		opts.BinDir = filepath.Join(root, "bin")
 	}
+	suffix := ""
+	if v := os.Getenv("E2E_KARMADA_VERSION"); v != "" {
+		suffix = "-" + v
+	}
+	if opts.KarmadaBinDir == "" {
+		opts.KarmadaBinDir = os.Getenv("E2E_KARMADA_BIN_DIR")
+	}
+	if opts.KarmadaBinDir == "" && opts.BinDir != "" {
+		opts.KarmadaBinDir = filepath.Join(opts.BinDir, "karmada"+suffix)
+	}
 	if opts.KarmadaSrcDir == "" {
 		opts.KarmadaSrcDir = os.Getenv("E2E_KARMADA_SRC")
 	}
 	if opts.KarmadaSrcDir == "" && root != "" {
-		opts.KarmadaSrcDir = filepath.Join(root, "_output", "karmada-src")
+		opts.KarmadaSrcDir = filepath.Join(root, "_output", "karmada-src"+suffix)
 	}
 	if opts.CRDDir == "" {
 		opts.CRDDir = os.Getenv("E2E_CRD_DIR")
@@ -262,7 +280,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		bins = append(bins, filepath.Join(opts.BinDir, b))
 	}
 	for _, b := range []string{karmadaAggregatedAPIServer, karmadaControllerManager, karmadaScheduler, karmadaWebhook} {
-		bins = append(bins, filepath.Join(opts.BinDir, "karmada", b))
+		bins = append(bins, filepath.Join(opts.KarmadaBinDir, b))
 	}
 	for _, m := range opts.PullMembers {
 		if !slices.Contains(opts.Members, m) {
@@ -281,6 +299,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		if !fileExists(dir) {
 			return nil, fmt.Errorf("Karmada source %s is missing (make tools fetches it)", dir)
 		}
+	}
+	if err := checkKarmadaStamps(opts.KarmadaBinDir, opts.KarmadaSrcDir); err != nil {
+		return nil, err
 	}
 	if opts.Host.Enabled {
 		if err := checkVersioned(ctx, filepath.Join(opts.BinDir, "kube-apiserver")); err != nil {
@@ -313,6 +334,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}
 	start := time.Now()
 	e.logf("work dir %s", e.workDir)
+	e.logf("Karmada %s from %s", e.KarmadaCommit(), opts.KarmadaBinDir)
 
 	// The gateway builds while the apiservers start: both take seconds.
 	if opts.Gateway.Enabled {

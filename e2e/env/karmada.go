@@ -26,7 +26,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
-// The Karmada binaries, as hack/build-karmada.sh names them in BinDir/karmada.
+// The Karmada binaries, as hack/build-karmada.sh names them in KarmadaBinDir.
 const (
 	karmadaAggregatedAPIServer = "aggregated-apiserver"
 	karmadaControllerManager   = "controller-manager"
@@ -55,18 +55,37 @@ func (k *karmadaProcesses) all() []*process {
 
 // karmadaBinary is the path of one of Karmada's binaries.
 func (e *Env) karmadaBinary(name string) string {
-	return filepath.Join(e.opts.BinDir, "karmada", name)
+	return filepath.Join(e.opts.KarmadaBinDir, name)
 }
 
-// KarmadaCommit is the pinned Karmada commit the binaries were built from
-// (BinDir/karmada/COMMIT, written by hack/build-karmada.sh), so reports can
-// say which Karmada they measured; "unknown" when the stamp is missing.
+// KarmadaCommit is the Karmada commit or release tag the binaries were
+// built from (KarmadaBinDir/COMMIT, written by hack/build-karmada.sh), so
+// reports can say which Karmada they measured; "unknown" when the stamp is
+// missing.
 func (e *Env) KarmadaCommit() string {
-	b, err := os.ReadFile(filepath.Join(e.opts.BinDir, "karmada", "COMMIT"))
+	b, err := os.ReadFile(filepath.Join(e.opts.KarmadaBinDir, "COMMIT"))
 	if c := strings.TrimSpace(string(b)); err == nil && c != "" {
 		return c
 	}
 	return "unknown"
+}
+
+// checkKarmadaStamps refuses Karmada binaries and a source tree built from
+// different commits or releases (hack/build-karmada.sh stamps both with a
+// COMMIT file): the CRDs and manifests of one Karmada under the binaries of
+// another would test neither. A missing stamp (a tree given by hand) is not
+// checked.
+func checkKarmadaStamps(binDir, srcDir string) error {
+	bin, errBin := os.ReadFile(filepath.Join(binDir, "COMMIT"))
+	src, errSrc := os.ReadFile(filepath.Join(srcDir, "COMMIT"))
+	if errBin != nil || errSrc != nil {
+		return nil
+	}
+	if b, s := strings.TrimSpace(string(bin)), strings.TrimSpace(string(src)); b != s {
+		return fmt.Errorf("the Karmada binaries in %s are %s but the source in %s is %s: "+
+			"set E2E_KARMADA_VERSION (or E2E_KARMADA_BIN_DIR and E2E_KARMADA_SRC) to one Karmada", binDir, b, srcDir, s)
+	}
+	return nil
 }
 
 // startKarmada runs Karmada's control plane against karmada-apiserver as
