@@ -110,10 +110,10 @@ vet:
 
 unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 	$(GO) test -race -count=1 ./...
-	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
+	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 
 e2e: tools
-	cd e2e && $(GO) test -count=1 -timeout 25m -v .
+	cd e2e && $(GO) test -count=1 -timeout 50m -v .
 
 ## compat: the e2e compatibility subset (smoke, streams, executors, status
 ## fidelity, member-local pods) against the pinned commit and each supported

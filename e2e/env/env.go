@@ -288,7 +288,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		}
 	}
 	if len(opts.PullMembers) > 0 {
-		bins = append(bins, filepath.Join(opts.BinDir, "karmada", karmadaAgent), "/usr/bin/tinyproxy", "/usr/bin/nsenter")
+		bins = append(bins, filepath.Join(opts.KarmadaBinDir, karmadaAgent), "/usr/bin/tinyproxy", "/usr/bin/nsenter")
 	}
 	for _, bin := range bins {
 		if !fileExists(bin) {
