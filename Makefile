@@ -17,7 +17,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/gateway/Chart.
 IMAGE ?= ghcr.io/karmada-exec-gateway/karmada-exec-gateway:$(VERSION)
 PUSH ?=
 
-.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean
+.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean e2e-hung
 
 all: build
 
@@ -114,6 +114,11 @@ unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 
 e2e: tools
 	cd e2e && $(GO) test -count=1 -timeout 50m -v .
+
+## e2e-hung: TestHungDependencies (SIGSTOP on karmada-apiserver, the aggregated
+## apiserver, a member's apiserver and etcd), kept out of make test for now (#26).
+e2e-hung: tools
+	cd e2e && $(GO) test -tags hung -count=1 -timeout 40m -v -run 'TestHungDependencies' .
 
 ## compat: the e2e compatibility subset (smoke, streams, executors, status
 ## fidelity, member-local pods) against the pinned commit and each supported

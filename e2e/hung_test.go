@@ -1,3 +1,10 @@
+//go:build hung
+
+// TestHungDependencies runs with `make e2e-hung`, not in `make test`: on
+// CI's -race gateway its memory bound does not hold (the race detector
+// multiplies the heap), and its five environments started at once on two
+// cores collided on a port once. Both are open in #26.
+
 package e2e
 
 import (
