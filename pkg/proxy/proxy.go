@@ -27,6 +27,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamlimit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
@@ -217,8 +218,11 @@ type requestState struct {
 	upstreamName string // for error messages and logs
 	// cluster is the member a rewritten request goes to; pod, for pod
 	// subresources, the pod. Streams name them when a member cuts them.
-	cluster         string
-	pod             PodRequest
+	cluster string
+	pod     PodRequest
+	// placement is what resolving the pod learnt: the template's and the
+	// member pod's UIDs, for the audit events (resolvePod).
+	placement       resolver.Placement
 	path, rawPath   string // outbound path below the upstream base path
 	gatewayIdentity bool
 	editHeader      func(http.Header)
@@ -323,7 +327,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
+	cluster, err := p.resolvePod(ctx, pr.Namespace, pr.Name)
 	if err != nil {
 		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
 		apiresponse.WriteStatus(w, err)
