@@ -314,8 +314,8 @@ func testRecordedTTYSession(ctx context.Context, t *testing.T, pod, logPath, rec
 			}
 			ev := waitAuditEvent(t, logPath, pod, marker)
 			name := ev.Annotations["gateway.karmada.io/recording"]
-			if name == "" || filepath.Base(name) != name {
-				t.Fatalf("the audit event names recording %q: %v", name, ev.Annotations)
+			if !strings.HasPrefix(name, env.Namespace+"_"+pod+"_") || filepath.Base(name) != name {
+				t.Fatalf("the audit event names recording %q, want a file named after pod %s/%s: %v", name, env.Namespace, pod, ev.Annotations)
 			}
 			path := filepath.Join(recordings, name)
 			if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
