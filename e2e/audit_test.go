@@ -10,14 +10,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 )
@@ -109,7 +117,12 @@ func findComplete(events []auditv1.Event, pod, marker string) *auditv1.Event {
 // exec karmada-apiserver refused: decoded with k8s.io/apiserver's audit/v1
 // types, strictly, from the log file and from the webhook's EventLists.
 // Each carries the member cluster, the command and the exit code the
-// gateway read from the error channel; the token appears nowhere.
+// gateway read from the error channel; the token appears nowhere. Their
+// objectRef.uid is the template's UID as karmada-apiserver has it; the
+// member pod's UID, read through clusters/member1/proxy, is named in
+// authorize mode only (the gateway reads that pod there; passthrough never
+// does, docs/security.md). The gateway also records TTY sessions
+// (--record-sessions=tty): see the "recording" subtest.
 func TestAuditEvents(t *testing.T) {
 	dumpLogsOnFailure(t)
 	const name = "audited"
@@ -125,12 +138,19 @@ func TestAuditEvents(t *testing.T) {
 	if err := os.WriteFile(webhookConfig, []byte(kubeconfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	restartGatewayFor(t, []string{
+	recordings := filepath.Join(dir, "recordings")
+	if err := os.Mkdir(recordings, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	auditArgs := []string{
 		"--audit-log-path=" + logPath, "--audit-webhook-config-file=" + webhookConfig, "--audit-webhook-batch-max-wait=200ms",
-	}, "--audit-log-path=")
+		"--record-sessions=tty", "--record-sessions-dir=" + recordings,
+	}
+	restartGatewayFor(t, auditArgs, "--audit-log-path=")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
+	templateUID, memberUID := podUIDs(ctx, t, name, "member1")
 	execKubeconfig := testEnv.GatewayKubeconfig(env.UserExecOnly)
 	for _, tr := range kubectlTransports {
 		_, _, err := runKubectlEnv(ctx, execKubeconfig, tr.env, nil, "exec", name, "--", "sh", "-c", "echo audit-"+tr.name+"; exit 3")
@@ -165,6 +185,10 @@ func TestAuditEvents(t *testing.T) {
 			a["gateway.karmada.io/exit-code"] != "3" || a["gateway.karmada.io/stream-end"] != "completed" || ev.ObjectRef.Namespace != env.Namespace {
 			t.Errorf("%s exec audited as %+v, status %+v", tr.name, a, ev.ResponseStatus)
 		}
+		if ev.ObjectRef.UID != templateUID || a["gateway.karmada.io/member-pod-uid"] != "" {
+			t.Errorf("%s exec audited with objectRef.uid %q and member pod UID %q; want the template's %q and none in passthrough mode",
+				tr.name, ev.ObjectRef.UID, a["gateway.karmada.io/member-pod-uid"], templateUID)
+		}
 		if !slices.ContainsFunc(logged, func(s auditv1.Event) bool { return s.AuditID == ev.AuditID && s.Stage == auditv1.StageResponseStarted }) {
 			t.Errorf("%s exec has no ResponseStarted", tr.name)
 		}
@@ -186,4 +210,146 @@ func TestAuditEvents(t *testing.T) {
 	if st, err := os.Stat(logPath); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("audit log mode %v (%v), want 0600", st.Mode().Perm(), err)
 	}
+
+	t.Run("recording", func(t *testing.T) { testRecordedTTYSession(ctx, t, name, logPath, recordings) })
+
+	// Authorize mode reads the member's pod to check it is the template's
+	// copy, and names it.
+	if err := testEnv.RestartGateway(ctx, append(auditArgs, "--auth-mode=authorize")...); err != nil {
+		t.Fatalf("restart the gateway in authorize mode: %v", err)
+	}
+	_, _, err = runKubectlEnv(ctx, execKubeconfig, nil, nil, "exec", name, "--", "sh", "-c", "echo audit-authorize; exit 4")
+	if code := exitCode(errors.Unwrap(err)); code != 4 {
+		t.Fatalf("authorize mode exec exited %d (%v), want 4", code, err)
+	}
+	ev := waitAuditEvent(t, logPath, name, "audit-authorize")
+	if a := ev.Annotations; ev.ObjectRef.UID != templateUID || a["gateway.karmada.io/member-pod-uid"] != string(memberUID) ||
+		a["authorization.k8s.io/decision"] != "allow" || a["gateway.karmada.io/exit-code"] != "4" {
+		t.Errorf("authorize mode exec audited with objectRef.uid %q, annotations %v; want the template's UID %q and member-pod-uid %q",
+			ev.ObjectRef.UID, a, templateUID, memberUID)
+	}
+}
+
+// podUIDs are the UIDs of pod's template in karmada-apiserver and of its
+// copy in member, read through clusters/<member>/proxy; they must differ,
+// or a test could not tell one from the other.
+func podUIDs(ctx context.Context, t *testing.T, pod, member string) (template, memberCopy types.UID) {
+	t.Helper()
+	karmadaClient, err := testEnv.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := karmadaClient.CoreV1().Pods(env.Namespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("template: %v", err)
+	}
+	memberClient, err := kubernetes.NewForConfig(testEnv.ClusterProxyConfig(member, env.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := memberClient.CoreV1().Pods(env.Namespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s's pod through its cluster proxy: %v", member, err)
+	}
+	if tpl.UID == "" || cp.UID == "" || tpl.UID == cp.UID {
+		t.Fatalf("template UID %q, member pod UID %q: want two different UIDs", tpl.UID, cp.UID)
+	}
+	return tpl.UID, cp.UID
+}
+
+// waitAuditEvent polls the audit log for the ResponseComplete of the exec
+// of pod whose command holds marker.
+func waitAuditEvent(t *testing.T, logPath, pod, marker string) *auditv1.Event {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ev := findComplete(readAuditLog(t, logPath), pod, marker); ev != nil {
+			return ev
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ResponseComplete for the exec %q in the audit log", marker)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the sink with a deadline
+	}
+}
+
+// testRecordedTTYSession: a TTY exec through the gateway started with
+// --record-sessions=tty, into the pod on member1's real kubelet, is
+// recorded; Debian's asciinema (make tools) cats the recording as exactly
+// what the client saw, multibyte characters included, and the exec's audit
+// event names the file. Over SPDY and WebSocket, as kubectl and client-go
+// executors speak them.
+func testRecordedTTYSession(ctx context.Context, t *testing.T, pod, logPath, recordings string) {
+	player, err := exec.LookPath("asciinema")
+	if err != nil {
+		t.Fatal("asciinema is not installed: run make tools (Debian's asciinema plays the recordings)")
+	}
+	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"spdy", "websocket"} {
+		t.Run(kind, func(t *testing.T) {
+			marker := "rec-" + kind
+			script := "printf '%s h\303\251llo \342\234\223\n' " + marker + "; ls -d / /tmp; exit 0"
+			u := execURL(t, pod, &corev1.PodExecOptions{Command: []string{"sh", "-c", script}, Stdout: true, TTY: true})
+			var exe remotecommand.Executor
+			if kind == "spdy" {
+				exe, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
+			} else {
+				exe, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sizes := make(chanSizeQueue, 1)
+			sizes <- &remotecommand.TerminalSize{Width: 100, Height: 30}
+			close(sizes)
+			var stdout bytes.Buffer
+			if err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Tty: true, TerminalSizeQueue: sizes}); err != nil {
+				t.Fatalf("TTY exec: %v", err)
+			}
+			if !strings.Contains(stdout.String(), marker+" héllo ✓\r\n") {
+				t.Fatalf("the client saw %q", stdout.String())
+			}
+			ev := waitAuditEvent(t, logPath, pod, marker)
+			name := ev.Annotations["gateway.karmada.io/recording"]
+			if !strings.HasPrefix(name, env.Namespace+"_"+pod+"_") || filepath.Base(name) != name {
+				t.Fatalf("the audit event names recording %q, want a file named after pod %s/%s: %v", name, env.Namespace, pod, ev.Annotations)
+			}
+			path := filepath.Join(recordings, name)
+			if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+				t.Fatalf("recording %s: %v (want a file of mode 0600)", path, err)
+			}
+			out, err := asciinemaCat(player, path)
+			if err != nil {
+				t.Fatalf("asciinema cat %s: %v", path, err)
+			}
+			if string(out) != stdout.String() {
+				t.Errorf("asciinema cat printed %q, the client saw %q", out, stdout.String())
+			}
+		})
+	}
+}
+
+// asciinemaCat runs `asciinema cat path` with a terminal of its own as its
+// controlling tty and stdin (it opens /dev/tty) and returns what it wrote to
+// stdout, a pipe: the recording's output, untranslated.
+func asciinemaCat(player, path string) ([]byte, error) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	cmd := exec.Command(player, "cat", path)
+	cmd.Stdin = tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return out, nil
 }

@@ -234,7 +234,6 @@ func newWebhook(t *testing.T, srv *webhookServer, opts WebhookOptions) (*Webhook
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.sleep = func(ctx context.Context, _ time.Duration) bool { return ctx.Err() == nil } // backoff without waiting
 	return s, m
 }
 

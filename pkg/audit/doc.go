@@ -7,9 +7,10 @@
 // dependency for one struct): it marshals to the same JSON, which is the
 // wire format; e2e decodes it with kube-apiserver's own types, strictly.
 // What audit.k8s.io/v1 has a field for goes in that field (user,
-// impersonatedUser, sourceIPs, userAgent, objectRef, responseStatus, the
-// stage timestamps); what only the gateway knows goes in annotations under
-// gateway.karmada.io/ (member cluster, container, command argv, tty, stdin,
+// impersonatedUser, sourceIPs, userAgent, objectRef with the pod template's
+// UID, responseStatus, the stage timestamps); what only the gateway knows
+// goes in annotations under gateway.karmada.io/ (member cluster, the member
+// pod's UID when authorize mode read it, container, command argv, tty, stdin,
 // exit code, how the stream ended, bytes each way, the recording), and the
 // authorize-mode decision under kube-apiserver's own
 // authorization.k8s.io/decision and authorization.k8s.io/reason. A bearer

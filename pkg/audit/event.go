@@ -74,6 +74,7 @@ type EventList struct {
 const (
 	prefix               = "gateway.karmada.io/"
 	AnnotationCluster    = prefix + "member-cluster"
+	AnnotationMemberUID  = prefix + "member-pod-uid"
 	AnnotationRoute      = prefix + "route"
 	AnnotationAuthMode   = prefix + "auth-mode"
 	AnnotationCredential = prefix + "credential"
@@ -102,6 +103,9 @@ type Request struct {
 	Route    string
 	Cluster  string
 	AuthMode string
+	// TemplateUID is the pod template's UID (objectRef.uid); MemberUID its
+	// copy's in Cluster, known in authorize mode only (docs/security.md).
+	TemplateUID, MemberUID types.UID
 	// Caller is the identity authorize mode authenticated and allowed.
 	Caller *identity.Caller
 	// Decision is authorize mode's: "allow" or "forbid" ("" when
@@ -134,6 +138,9 @@ func NewEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 		Annotations:              map[string]string{AnnotationRoute: req.Route, AnnotationAuthMode: req.AuthMode},
 	}
 	ev.ObjectRef, ev.Verb = objectRef(r)
+	if ev.ObjectRef != nil && ev.ObjectRef.Resource == "pods" {
+		ev.ObjectRef.UID = req.TemplateUID
+	}
 	a := ev.Annotations
 	set := func(k, v string) {
 		if v != "" {
@@ -141,6 +148,7 @@ func NewEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 		}
 	}
 	set(AnnotationCluster, req.Cluster)
+	set(AnnotationMemberUID, string(req.MemberUID))
 	set(AnnotationCredential, credential(r))
 	set(AnnotationDecision, req.Decision)
 	set(AnnotationReason, req.Reason)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -40,7 +41,6 @@ type WebhookSink struct {
 	opts    WebhookOptions
 	metrics *Metrics
 	ch      chan []byte
-	sleep   func(context.Context, time.Duration) bool
 }
 
 // NewWebhookSink checks opts.
@@ -49,7 +49,7 @@ func NewWebhookSink(opts WebhookOptions, m *Metrics) (*WebhookSink, error) {
 		opts.InitialBackoff <= 0 || opts.Retries < 0 || opts.Timeout <= 0 {
 		return nil, fmt.Errorf("audit webhook: incomplete options %+v", opts)
 	}
-	return &WebhookSink{opts: opts, metrics: m, ch: make(chan []byte, opts.Buffer), sleep: sleepCtx}, nil
+	return &WebhookSink{opts: opts, metrics: m, ch: make(chan []byte, opts.Buffer)}, nil
 }
 
 func (s *WebhookSink) Name() string { return "webhook" }
@@ -121,26 +121,29 @@ func (s *WebhookSink) drain(d time.Duration, batch [][]byte) {
 }
 
 // send POSTs batch, retrying with doubling backoff; a batch that fails
-// every attempt is dropped and counted.
+// every attempt, or whose retries ctx ended, is dropped and counted.
 func (s *WebhookSink) send(ctx context.Context, batch [][]byte) {
 	body := encodeList(batch)
-	wait := s.opts.InitialBackoff
-	var err error
-	for attempt := 0; attempt <= s.opts.Retries; attempt++ {
-		if attempt > 0 && !s.sleep(ctx, wait) {
-			break
+	attempt := 0
+	var failed error // the last attempt's
+	backoff := wait.Backoff{Duration: s.opts.InitialBackoff, Factor: 2, Steps: s.opts.Retries + 1}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		attempt++
+		if failed = s.post(ctx, body); failed != nil {
+			s.metrics.Errors.WithLabelValues(s.Name()).Inc()
+			klog.Background().V(2).Info("Audit webhook batch failed", "attempt", attempt, "events", len(batch), "err", failed)
+			return false, nil
 		}
-		if attempt > 0 {
-			wait *= 2
-		}
-		if err = s.post(ctx, body); err == nil {
-			return
-		}
-		s.metrics.Errors.WithLabelValues(s.Name()).Inc()
-		klog.Background().V(2).Info("Audit webhook batch failed", "attempt", attempt+1, "events", len(batch), "err", err)
+		return true, nil
+	})
+	if err == nil {
+		return
+	}
+	if failed == nil {
+		failed = err
 	}
 	s.metrics.Dropped.WithLabelValues(s.Name()).Add(float64(len(batch)))
-	klog.Background().Error(err, "Audit webhook batch dropped", "events", len(batch))
+	klog.Background().Error(failed, "Audit webhook batch dropped", "events", len(batch))
 }
 
 func (s *WebhookSink) post(ctx context.Context, body []byte) error {
@@ -174,15 +177,4 @@ func encodeList(batch [][]byte) []byte {
 		panic(errors.Join(errors.New("encoding an audit EventList"), err))
 	}
 	return b
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -74,8 +74,11 @@ func newCapturingAuditor() (*audit.Auditor, *captureSink) {
 // TestExecIsAudited covers Options.Auditor on an exec through the gateway
 // as cmd/gateway builds it: a stream gets ResponseStarted at the 101 and
 // ResponseComplete once the stream ended, with the member, the command,
-// the exit status read from the error channel and the bytes each way.
-// Without the hooks in ServeHTTP and followStream there are no events.
+// the exit status read from the error channel and the bytes each way, the
+// template's UID as objectRef.uid and the member pod's as an annotation,
+// as the Resolver placed them (resolvePod; calling Resolve instead loses
+// both). Without the hooks in ServeHTTP and followStream there are no
+// events.
 func TestExecIsAudited(t *testing.T) {
 	payload := make([]byte, 64<<10)
 	if _, err := rand.Read(payload); err != nil {
@@ -84,7 +87,8 @@ func TestExecIsAudited(t *testing.T) {
 	for _, kind := range []string{"spdy", "websocket"} {
 		t.Run(kind, func(t *testing.T) {
 			auditor, sink := newCapturingAuditor()
-			env := newExecEnvWith(t, nil, Options{Auditor: auditor})
+			placer := &proxytest.Resolver{Cluster: proxytest.Cluster, TemplateUID: "template-uid", MemberUID: "member-uid"}
+			env := newExecEnvWith(t, nil, Options{Auditor: auditor, Resolver: placer})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := env.executor(t, kind, execTarget).StreamWithContext(ctx, remotecommand.StreamOptions{
@@ -98,7 +102,7 @@ func TestExecIsAudited(t *testing.T) {
 				t.Fatalf("stages %s, %s with IDs %s, %s; want ResponseStarted then ResponseComplete of one request", started.Stage, complete.Stage, started.AuditID, complete.AuditID)
 			}
 			ref := complete.ObjectRef
-			if ref == nil || ref.Resource != "pods" || ref.Namespace != "ci" || ref.Name != "job-42" || ref.Subresource != "exec" {
+			if ref == nil || ref.Resource != "pods" || ref.Namespace != "ci" || ref.Name != "job-42" || ref.Subresource != "exec" || ref.UID != "template-uid" {
 				t.Errorf("objectRef %+v", ref)
 			}
 			wantVerb := map[string]string{"spdy": "create", "websocket": "get"}[kind]
@@ -110,6 +114,7 @@ func TestExecIsAudited(t *testing.T) {
 				audit.AnnotationCluster: proxytest.Cluster, audit.AnnotationCommand: `["cat"]`, audit.AnnotationContainer: "build",
 				audit.AnnotationStdin: "true", audit.AnnotationTTY: "false", audit.AnnotationExitCode: "0",
 				audit.AnnotationStreamEnd: "completed", audit.AnnotationAuthMode: "passthrough",
+				audit.AnnotationMemberUID: "member-uid",
 			} {
 				if a[k] != want {
 					t.Errorf("annotation %s = %q, want %q", k, a[k], want)

@@ -41,7 +41,7 @@ func hangingUpstream(t *testing.T, hang func(*http.Request) bool, serve http.Han
 // TestHungUpstreamIs504: an upstream that accepts a request and never
 // answers costs the client --upstream-header-timeout and a 504 Status
 // naming what hung, for every kind of request the gateway sends upstream.
-// Without roundTripWithin (in roundTrip and getAccepting) each case waits
+// Without upstream.RoundTripWithin (in roundTrip and getAccepting) each case waits
 // until the client gives up.
 func TestHungUpstreamIs504(t *testing.T) {
 	const timeout = 200 * time.Millisecond

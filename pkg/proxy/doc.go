@@ -60,12 +60,10 @@
 //     rewritten pods/log follow that upstream ends cleanly is checked
 //     against the member's pod for Options.LogEndWindow, and aborted when
 //     the container still runs.
-//   - Transports (upstream.go): "caller" carries the client's own credentials
-//     (TLS built from the upstream config with every credential removed);
-//     "gateway" adds the gateway's identity. Each has an HTTP/1.1-only twin
-//     with its own tls.Config for upgrades: Go's HTTP/2 transport rejects
-//     Upgrade, and a tls.Config shared with an HTTP/2 transport gets h2 added
-//     to its ALPN list.
+//   - Transports and deadlines (pkg/upstream): each request goes out on
+//     the caller's or the gateway's transport, HTTP/2 or HTTP/1.1 for
+//     upgrades, within Options.UpstreamHeaderTimeout to its response
+//     headers but for log follows; upstream.go here picks the identity.
 //   - Passthrough admission (proxy.go, admittedByKarmada): the Resolver
 //     answers from caches, so before a rewritten route resolves anything in
 //     passthrough mode, karmada-apiserver judges the caller: a GET of the

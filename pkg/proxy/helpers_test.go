@@ -38,7 +38,7 @@ func newTestProxy(t testing.TB, opts Options) *Proxy {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(p.upstream.closeIdleConnections)
+	t.Cleanup(p.upstream.CloseIdleConnections)
 	return p
 }
 
@@ -88,8 +88,8 @@ func (u *upstreamRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
 // recordUpstream replaces all four of p's upstream transports with one recorder.
 func recordUpstream(p *Proxy) *upstreamRecorder {
 	u := &upstreamRecorder{}
-	p.upstream.caller, p.upstream.callerUpgrade = u, u
-	p.upstream.gateway, p.upstream.gatewayUpgrade = u, u
+	p.upstream.Caller, p.upstream.CallerUpgrade = u, u
+	p.upstream.Gateway, p.upstream.GatewayUpgrade = u, u
 	return u
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 )
 
 // Resolver maps a pod template to the member cluster that runs it.
@@ -14,6 +15,14 @@ type Resolver interface {
 	// implements apierrors.APIStatus (404 pod not found, 404/409 not placed,
 	// 503 cluster not ready) is written to the client as that Status.
 	Resolve(ctx context.Context, namespace, pod string) (cluster string, err error)
+}
+
+// PodPlacer is a Resolver that also says what it learnt of the objects on
+// the way: the template's UID and, when it read it, the member pod's. The
+// proxy uses it, when its Resolver has it, for the audit events (objectRef.uid
+// and audit.AnnotationMemberPodUID). *resolver.Resolver implements it.
+type PodPlacer interface {
+	ResolvePod(ctx context.Context, namespace, pod string) (resolver.Placement, error)
 }
 
 // ServiceResolver maps a federated Service to the member cluster that

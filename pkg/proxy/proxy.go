@@ -27,8 +27,10 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamlimit"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
 )
 
 // AuthMode selects who authenticates and authorizes requests.
@@ -43,7 +45,8 @@ const (
 	AuthAuthorize AuthMode = "authorize"
 )
 
-const upstreamKarmada = "karmada-apiserver"
+// DefaultUpstreamHeaderTimeout is Options.UpstreamHeaderTimeout's default.
+const DefaultUpstreamHeaderTimeout = upstream.DefaultHeaderTimeout
 
 var podsResource = schema.GroupResource{Resource: "pods"}
 
@@ -100,7 +103,7 @@ type Options struct {
 
 // Proxy is the gateway's HTTP handler.
 type Proxy struct {
-	upstream   *upstream
+	upstream   *upstream.Transports
 	resolver   Resolver
 	services   ServiceResolver
 	authMode   AuthMode
@@ -140,7 +143,7 @@ func New(opts Options) (*Proxy, error) {
 	if opts.MaxStreams < 0 || opts.MaxStreamsPerClient < 0 {
 		return nil, errors.New("proxy: stream limits must not be negative (0 is unlimited)")
 	}
-	up, err := newUpstream(opts.Upstream)
+	up, err := upstream.New(opts.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
@@ -215,8 +218,11 @@ type requestState struct {
 	upstreamName string // for error messages and logs
 	// cluster is the member a rewritten request goes to; pod, for pod
 	// subresources, the pod. Streams name them when a member cuts them.
-	cluster         string
-	pod             PodRequest
+	cluster string
+	pod     PodRequest
+	// placement is what resolving the pod learnt: the template's and the
+	// member pod's UIDs, for the audit events (resolvePod).
+	placement       resolver.Placement
 	path, rawPath   string // outbound path below the upstream base path
 	gatewayIdentity bool
 	editHeader      func(http.Header)
@@ -246,7 +252,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// sees it: a stream limit that each route had to remember could be
 	// bypassed by the route that forgot.
 	state := &requestState{
-		route: metrics.RoutePassthrough, upstreamName: upstreamKarmada,
+		route: metrics.RoutePassthrough, upstreamName: upstream.Karmada,
 		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r), follow: isFollow(r),
 	}
 	if p.auditor != nil {
@@ -321,7 +327,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
+	cluster, err := p.resolvePod(ctx, pr.Namespace, pr.Name)
 	if err != nil {
 		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
 		apiresponse.WriteStatus(w, err)
@@ -365,7 +371,7 @@ func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logg
 		return false
 	}
 	base := karmada.ClusterProxyPath(cluster, prefix)
-	state.upstreamName = clusterProxyName(cluster)
+	state.upstreamName = upstream.ClusterProxyName(cluster)
 	state.cluster = cluster
 	state.path = base + restPath
 	state.rawPath = ""
@@ -478,7 +484,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 	state := stateFrom(pr.In.Context())
 	out := pr.Out
-	base := p.upstream.base
+	base := p.upstream.Base
 	out.URL.Scheme = base.Scheme
 	out.URL.Host = base.Host
 	out.URL.Path = base.Path + state.path
@@ -502,11 +508,11 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 
 func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	state := stateFrom(req.Context())
-	rt := p.upstream.transport(state.gatewayIdentity, state.upgrade)
+	rt := p.upstream.For(state.gatewayIdentity, state.upgrade)
 	if state.follow {
 		return rt.RoundTrip(req)
 	}
-	return roundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
+	return upstream.RoundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
 }
 
 // copyBufferSize is ReverseProxy's own default, the size io.Copy uses.
@@ -564,13 +570,13 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 		logger.V(2).Info("Upgraded stream ended with an error", "err", err)
 		return
 	}
-	var timeout *upstreamTimeoutError
+	var timeout *upstream.TimeoutError
 	switch {
 	case errors.As(err, &timeout) && ctx.Err() == nil:
 		// The upstream hung: say which, rather than hold the client until
 		// it gives up.
 		logger.Info("Upstream sent no response in time", "err", err)
-		apiresponse.WriteStatus(w, timeout.status())
+		apiresponse.WriteStatus(w, timeout.Status())
 	case errors.Is(err, errUpgradeMismatch):
 		logger.Info("Refusing upstream protocol switch", "err", err)
 		apiresponse.WriteStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
@@ -594,7 +600,7 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 // cancels them all and returns ctx.Err(). Run it alongside
 // http.Server.Shutdown, which does not wait for hijacked connections.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	defer p.upstream.closeIdleConnections()
+	defer p.upstream.CloseIdleConnections()
 	return p.inflight.Shutdown(ctx)
 }
 

@@ -196,7 +196,7 @@ func (p *Proxy) serveServiceProxy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) servePodProxy(w http.ResponseWriter, r *http.Request) {
-	p.serveProxySubresource(w, r, podProxy, p.resolver.Resolve)
+	p.serveProxySubresource(w, r, podProxy, p.resolvePod)
 }
 
 // serveProxySubresource rewrites pods/proxy or services/proxy to the

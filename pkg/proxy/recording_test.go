@@ -29,8 +29,10 @@ import (
 // ends) with the terminal's first size in its header and the later resize
 // as an event, the audit event names it, and Debian's asciinema (make
 // tools) cats exactly what the client saw, multibyte characters split
-// across frames included. Without the hook in followStream there is no
-// file.
+// across frames included. The file is named after the pod, and a
+// per-namespace mode applies to the pod's namespace (reading them from the
+// cluster proxy path sent upstream named "clusters_proxy" and ignored the
+// override). Without the hook in followStream there is no file.
 func TestTTYSessionRecordedAndPlayed(t *testing.T) {
 	player, err := exec.LookPath("asciinema")
 	if err != nil {
@@ -39,7 +41,14 @@ func TestTTYSessionRecordedAndPlayed(t *testing.T) {
 	for _, kind := range []string{"spdy", "websocket"} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
-			rec, err := recording.New(recording.Options{Dir: dir, Mode: recording.ModeTTY, MaxSessionBytes: 1 << 20, MaxTotalBytes: 10 << 20})
+			// Over WebSocket the pod's namespace selects the mode: the
+			// gateway must name the template's namespace, not read it
+			// from the cluster proxy path it sends.
+			ropts := recording.Options{Dir: dir, Mode: recording.ModeTTY, MaxSessionBytes: 1 << 20, MaxTotalBytes: 10 << 20}
+			if kind == "websocket" {
+				ropts.Mode, ropts.Namespaces = recording.ModeNone, map[string]recording.Mode{"ci": recording.ModeTTY}
+			}
+			rec, err := recording.New(ropts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,8 +87,8 @@ func TestTTYSessionRecordedAndPlayed(t *testing.T) {
 			}
 			complete := sink.waitEvents(t, 2)[1]
 			name := complete.Annotations[audit.AnnotationRecording]
-			if name == "" {
-				t.Fatalf("the audit event names no recording: %v", complete.Annotations)
+			if !strings.HasPrefix(name, "ci_job-42_") {
+				t.Fatalf("the audit event names recording %q, want one of pod ci/job-42: %v", name, complete.Annotations)
 			}
 			path := filepath.Join(dir, name)
 			entries, _ := os.ReadDir(dir)

@@ -142,7 +142,7 @@ func TestSoak(t *testing.T) {
 	// Everything the load opened must close.
 	client.CloseIdleConnections()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		p.upstream.closeIdleConnections()
+		p.upstream.CloseIdleConnections()
 		open, clients := p.limiter.Open()
 		active := value(t, m.ActiveStreams.WithLabelValues(metrics.RouteExec)) + value(t, m.ActiveStreams.WithLabelValues(metrics.RoutePassthrough))
 		return open == 0 && clients == 0 && active == 0 && runtime.NumGoroutine() <= baseGoroutines+10, nil

@@ -50,7 +50,7 @@ func (p *Proxy) followStream(res *http.Response) error {
 		opts.OnEnd = a.StreamEnded
 	}
 	if p.recorder != nil {
-		name, err := p.recorder.Follow(res.Request, state.route, &opts, func() { _ = body.Close() })
+		name, err := p.recorder.Follow(res.Request, state.pod.Namespace, state.pod.Name, state.route, &opts, func() { _ = body.Close() })
 		if err != nil {
 			return err
 		}

@@ -111,19 +111,20 @@ func New(opts Options) (*Recorder, error) {
 	return r, nil
 }
 
-// Follow has the exec or attach stream req opened recorded, if the mode of
-// its namespace says so and opts' protocol decodes channels: it sets
+// Follow has the exec or attach stream req opened into pod ns/pod recorded,
+// if the mode of ns says so and opts' protocol decodes channels: it sets
 // opts.Observer and chains opts.OnEnd, which finishes the recording. abort
 // cuts the stream (fail-closed, when a write fails midway). It returns the
 // recording's file name ("" when not recorded), or an error when the
-// session must be refused (fail-closed).
-func (r *Recorder) Follow(req *http.Request, subresource string, opts *streamfollow.Options, abort func()) (string, error) {
+// session must be refused (fail-closed). ns and pod are passed, not read
+// from req's path: the request the gateway sends is the cluster proxy's,
+// /apis/cluster.karmada.io/.../clusters/<c>/proxy/api/v1/namespaces/...
+func (r *Recorder) Follow(req *http.Request, ns, pod, subresource string, opts *streamfollow.Options, abort func()) (string, error) {
 	if (subresource != "exec" && subresource != "attach") || !opts.Protocol.Decodes() {
 		return "", nil
 	}
 	q := req.URL.Query()
 	tty := queryBool(q, "tty")
-	ns, pod := podOf(req.URL.Path)
 	mode := r.opts.Mode
 	if m, ok := r.opts.Namespaces[ns]; ok {
 		mode = m
@@ -303,15 +304,6 @@ func (s *session) finish() {
 		return
 	}
 	s.r.sessions.Inc()
-}
-
-// podOf reads namespace and pod from /api/v1/namespaces/{ns}/pods/{pod}/...
-func podOf(path string) (string, string) {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	if len(segs) < 6 {
-		return "", ""
-	}
-	return segs[3], segs[5]
 }
 
 func queryBool(q url.Values, key string) bool {

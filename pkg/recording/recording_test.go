@@ -65,7 +65,7 @@ func TestModeSelectsSessions(t *testing.T) {
 	for i, tc := range cases {
 		r := newRecorder(t, Options{Mode: tc.mode, Namespaces: tc.namespaces})
 		opts := streamfollow.Options{Protocol: tc.proto}
-		name, err := r.Follow(execReq(tc.ns, tc.query), tc.sub, &opts, nil)
+		name, err := r.Follow(execReq(tc.ns, tc.query), tc.ns, "p1", tc.sub, &opts, nil)
 		if err != nil || (name != "") != tc.want || (opts.Observer != nil) != tc.want {
 			t.Errorf("case %d: recording %q (%v), want recorded %v", i, name, err, tc.want)
 		}
@@ -80,7 +80,7 @@ func TestModeSelectsSessions(t *testing.T) {
 func startSession(t *testing.T, r *Recorder) (streamfollow.Observer, string, func()) {
 	t.Helper()
 	opts := streamfollow.Options{Protocol: v5}
-	name, err := r.Follow(execReq("ci", "tty=true"), "exec", &opts, func() {})
+	name, err := r.Follow(execReq("ci", "tty=true"), "ci", "p1", "exec", &opts, func() {})
 	if err != nil || name == "" {
 		t.Fatalf("not recorded: %v", err)
 	}
@@ -148,11 +148,11 @@ func TestCaps(t *testing.T) {
 	obs.Data(streamfollow.Stdout, []byte(strings.Repeat("y", 200)))
 	end()
 	opts := streamfollow.Options{Protocol: v5}
-	if name, err := r.Follow(execReq("ci", "tty=1"), "exec", &opts, nil); name != "" || err != nil {
+	if name, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); name != "" || err != nil {
 		t.Errorf("over the total cap, fail-open: recording %q, %v; want none and no error", name, err)
 	}
 	r.opts.FailClosed = true
-	if _, err := r.Follow(execReq("ci", "tty=1"), "exec", &opts, nil); err == nil {
+	if _, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); err == nil {
 		t.Error("over the total cap, fail-closed: the session was not refused")
 	}
 	if got := testutil.ToFloat64(r.failures.WithLabelValues("cap")); got < 3 {
@@ -169,7 +169,7 @@ func TestFailClosedRefusesUnwritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := streamfollow.Options{Protocol: v5}
-	if _, err := r.Follow(execReq("ci", ""), "exec", &opts, nil); err == nil || opts.Observer != nil {
+	if _, err := r.Follow(execReq("ci", ""), "ci", "p1", "exec", &opts, nil); err == nil || opts.Observer != nil {
 		t.Errorf("unwritable directory, fail-closed: %v, observer %v; want the session refused", err, opts.Observer)
 	}
 }

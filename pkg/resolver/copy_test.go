@@ -69,7 +69,8 @@ const conflictMsg = "resource(kind=Pod, ci/job-42) already exists in the cluster
 // TestResolveActingAsGateway is the rule that keeps authorize mode off
 // member objects Karmada does not manage: only a cluster the binding
 // reports applied, and only when the member's object carries Karmada's
-// managed label and this template's UID.
+// managed label and this template's UID. ResolvePod names the template's
+// UID and, only where the copy was read and accepted, the copy's.
 func TestResolveActingAsGateway(t *testing.T) {
 	copyOf := func(cluster string, m *metav1.PartialObjectMetadata) map[string]*metav1.PartialObjectMetadata {
 		return map[string]*metav1.PartialObjectMetadata{cluster + "/pods/" + ns + "/job-42": m}
@@ -214,9 +215,16 @@ func TestResolveActingAsGateway(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := r.Resolve(ctx, ns, "job-42")
-			if got != tc.want {
-				t.Fatalf("Resolve() = %q, want %q (err %v)", got, tc.want, err)
+			placed, err := r.ResolvePod(ctx, ns, "job-42")
+			if got := placed.Cluster; got != tc.want {
+				t.Fatalf("ResolvePod() = %q, want %q (err %v)", got, tc.want, err)
+			}
+			var wantMember types.UID
+			if err == nil && !tc.passthrough {
+				wantMember = "member-uid-job-42"
+			}
+			if placed.TemplateUID != p.UID || placed.MemberUID != wantMember {
+				t.Errorf("ResolvePod() UIDs template %q member %q, want %q and %q", placed.TemplateUID, placed.MemberUID, p.UID, wantMember)
 			}
 			checkErr(t, err, tc.wantCode, "job-42", tc.wantMsg, tc.notInMsg)
 			if tc.wantCode == http.StatusConflict && !apierrors.IsConflict(err) {

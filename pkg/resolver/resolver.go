@@ -162,27 +162,51 @@ func New(opts Options) (*Resolver, error) {
 	return r, nil
 }
 
+// Placement is where a pod template runs, and what the resolution learnt
+// of the objects on the way, for the audit events.
+type Placement struct {
+	// Cluster is the member cluster that runs the pod.
+	Cluster string
+	// TemplateUID is the template's UID in karmada-apiserver, from the pods
+	// cache (set whenever the pod was found, also with an error).
+	TemplateUID types.UID
+	// MemberUID is the UID of the template's copy in Cluster. Only acting as
+	// the gateway does the resolution read the member's pod (rule 5), so it
+	// is empty otherwise: finding it would cost a member call per request.
+	MemberUID types.UID
+}
+
 // Resolve returns the member cluster that runs namespace/pod, by the rules in
 // the package doc. Its errors are *apierrors.StatusError: 404 when the pod is
 // not in the cache, 503 when it is not placed or its cluster is not usable;
 // acting as the gateway, also 409 when Karmada failed to apply it or the
 // member's pod is not its copy, 503 while its copy is not applied yet.
 func (r *Resolver) Resolve(ctx context.Context, namespace, pod string) (string, error) {
-	cluster, src, res, err := r.resolve(ctx, namespace, pod)
-	r.counters[src][res].Inc()
-	return cluster, err
+	p, err := r.ResolvePod(ctx, namespace, pod)
+	return p.Cluster, err
 }
 
-func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster string, src source, res result, err error) {
+// ResolvePod is Resolve with the UIDs it learnt on the way (Placement).
+func (r *Resolver) ResolvePod(ctx context.Context, namespace, pod string) (Placement, error) {
+	p, src, res, err := r.resolve(ctx, namespace, pod)
+	r.counters[src][res].Inc()
+	if err != nil {
+		p.Cluster, p.MemberUID = "", ""
+	}
+	return p, err
+}
+
+func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (p Placement, src source, res result, err error) {
 	obj, exists, err := r.pods.GetByKey(namespace + "/" + pod)
 	if err != nil || !exists {
 		// The indexer's GetByKey cannot fail; a miss is the only real case.
-		return "", sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
+		return p, sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
 	}
 	meta, ok := karmada.PodOf(obj)
 	if !ok {
-		return "", sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
+		return p, sourceNone, resultNotFound, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod)
 	}
+	p.TemplateUID = meta.UID
 
 	// Only Karmada's placement says where a pod runs. Whoever can create a
 	// pod can also write its label, so a pod without a binding is not placed
@@ -191,10 +215,10 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 	// itself, and a forged label must not aim that at another cluster.
 	b := r.binding(ctx, namespace, pod, meta)
 	if b == nil || len(b.Spec.Clusters) == 0 {
-		return "", sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
+		return p, sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
 	}
 	src = sourceBinding
-	cluster = ""
+	var cluster string
 	if label, ok := meta.Cluster, meta.HasCluster; ok {
 		switch c, found, problem := r.labelCluster(label); {
 		case problem != "":
@@ -211,20 +235,21 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (cluster 
 				"pod", klog.KRef(namespace, pod), "cluster", label)
 		default:
 			if ready, msg := c.Ready(); !ready {
-				return "", sourceLabel, resultClusterNotReady, notReady("pod", namespace, pod, label, msg)
+				return p, sourceLabel, resultClusterNotReady, notReady("pod", namespace, pod, label, msg)
 			}
 			cluster, src = label, sourceLabel
 		}
 	}
 	if cluster == "" {
 		if cluster, res, err = r.bindingCluster(ctx, "pod", namespace, pod, b); err != nil {
-			return "", sourceBinding, res, err
+			return p, sourceBinding, res, err
 		}
 	}
-	if err := r.verifyCopy(ctx, karmada.PodGVR, "pod", namespace, pod, meta.UID, cluster); err != nil {
-		return "", src, resultNotCopy, err
+	if p.MemberUID, err = r.verifyCopy(ctx, karmada.PodGVR, "pod", namespace, pod, meta.UID, cluster); err != nil {
+		return p, src, resultNotCopy, err
 	}
-	return cluster, src, resultOK, nil
+	p.Cluster = cluster
+	return p, src, resultOK, nil
 }
 
 // appliedOn reports whether b's status says cluster applied its workload.
@@ -360,20 +385,21 @@ func appliedClusters(b *karmada.CachedBinding) iter.Seq[string] {
 // only as Karmada's copy of the template whose UID is uid: labelled
 // karmada.io/managed=true and annotated with that UID. Names do not prove
 // anything: a member object of the same name that Karmada does not manage,
-// or the copy of an earlier template of that name, is refused.
-func (r *Resolver) verifyCopy(ctx context.Context, resource schema.GroupVersionResource, kind, namespace, name string, uid types.UID, cluster string) error {
+// or the copy of an earlier template of that name, is refused. It returns
+// the copy's UID (empty when not acting as the gateway).
+func (r *Resolver) verifyCopy(ctx context.Context, resource schema.GroupVersionResource, kind, namespace, name string, uid types.UID, cluster string) (types.UID, error) {
 	if r.members == nil {
-		return nil
+		return "", nil
 	}
 	m, err := r.members.Metadata(ctx, cluster, resource, namespace, name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return unavailable(kind, name, fmt.Sprintf("%s %q has no copy in member cluster %q (Karmada has not created it yet, or is recreating it)",
+		return "", unavailable(kind, name, fmt.Sprintf("%s %q has no copy in member cluster %q (Karmada has not created it yet, or is recreating it)",
 			kind, namespace+"/"+name, cluster))
 	case err != nil:
 		klog.FromContext(ctx).Info("Cannot read the member object to check it is the template's copy",
 			kind, klog.KRef(namespace, name), "cluster", cluster, "err", err)
-		return unavailable(kind, name, fmt.Sprintf("cannot check that %s %q in member cluster %q is Karmada's copy of the template: %v",
+		return "", unavailable(kind, name, fmt.Sprintf("cannot check that %s %q in member cluster %q is Karmada's copy of the template: %v",
 			kind, namespace+"/"+name, cluster, err))
 	}
 	var why string
@@ -383,11 +409,11 @@ func (r *Resolver) verifyCopy(ctx context.Context, resource schema.GroupVersionR
 	case uid == "" || m.Annotations[karmada.TemplateUIDAnnotation] != string(uid):
 		why = "Karmada propagated it from another template of that name"
 	default:
-		return nil
+		return m.UID, nil
 	}
 	klog.FromContext(ctx).Info("Member object is not the template's copy; refusing to act on it as the gateway",
 		kind, klog.KRef(namespace, name), "cluster", cluster, "reason", why)
-	return conflict(kind, name, fmt.Sprintf("%s %q in member cluster %q is not Karmada's copy of this %s template: %s; the gateway acts only on a template's own copy",
+	return "", conflict(kind, name, fmt.Sprintf("%s %q in member cluster %q is not Karmada's copy of this %s template: %s; the gateway acts only on a template's own copy",
 		kind, namespace+"/"+name, cluster, kind, why))
 }
 

@@ -52,7 +52,7 @@ func (r *Resolver) ResolveService(ctx context.Context, namespace, name string) (
 		if err != nil {
 			return "", err
 		}
-		if err := r.verifyCopy(ctx, karmada.ServiceGVR, "service", namespace, name, svc.UID, cluster); err != nil {
+		if _, err := r.verifyCopy(ctx, karmada.ServiceGVR, "service", namespace, name, svc.UID, cluster); err != nil {
 			return "", err
 		}
 		return cluster, nil
@@ -89,14 +89,14 @@ func (r *Resolver) selectedPodsCluster(ctx context.Context, svc *corev1.Service)
 			continue
 		}
 		selected++
-		cluster, _, _, err := r.resolve(ctx, namespace, meta.Name)
+		placed, _, _, err := r.resolve(ctx, namespace, meta.Name)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
 			continue
 		}
-		clusters[cluster] = append(clusters[cluster], meta.Name)
+		clusters[placed.Cluster] = append(clusters[placed.Cluster], meta.Name)
 	}
 	switch len(clusters) {
 	case 1:

@@ -16,19 +16,29 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 )
 
 // Cluster is the member cluster a Resolver answers by default in tests.
 const Cluster = "member1"
 
 // Resolver resolves every pod (and, as a ServiceResolver, every Service) to
-// Cluster, or fails with Err.
+// Cluster, or fails with Err. As a proxy.PodPlacer it also names the UIDs
+// TemplateUID and MemberUID.
 type Resolver struct {
-	Cluster string
-	Err     error
+	Cluster                string
+	Err                    error
+	TemplateUID, MemberUID types.UID
 	CallLog
+}
+
+// ResolvePod implements proxy.PodPlacer.
+func (s *Resolver) ResolvePod(ctx context.Context, namespace, name string) (resolver.Placement, error) {
+	cluster, err := s.Resolve(ctx, namespace, name)
+	return resolver.Placement{Cluster: cluster, TemplateUID: s.TemplateUID, MemberUID: s.MemberUID}, err
 }
 
 // Resolve implements proxy.Resolver.

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -13,48 +13,51 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// DefaultUpstreamHeaderTimeout is Options.UpstreamHeaderTimeout's default:
+// DefaultHeaderTimeout is the response header deadline's default:
 // kube-apiserver answers a plain request in well under its own 60 s request
 // timeout, and a member's kubelet answers an exec's upgrade in seconds.
-const DefaultUpstreamHeaderTimeout = 30 * time.Second
+const DefaultHeaderTimeout = 30 * time.Second
 
-// errUpstreamTimeout marks an upstream that sent no response headers (a 101
-// for an upgrade) in time; handleError answers it with a 504 Status.
-var errUpstreamTimeout = errors.New("no response headers in time")
+// Karmada names karmada-apiserver in errors and logs.
+const Karmada = "karmada-apiserver"
 
-// upstreamTimeoutError is errUpstreamTimeout naming what hung.
-type upstreamTimeoutError struct {
-	upstream string
-	after    time.Duration
+// ErrTimeout marks an upstream that sent no response headers (a 101 for an
+// upgrade) in time.
+var ErrTimeout = errors.New("no response headers in time")
+
+// TimeoutError is ErrTimeout naming what hung.
+type TimeoutError struct {
+	Upstream string
+	After    time.Duration
 }
 
-func (e *upstreamTimeoutError) Error() string {
-	return fmt.Sprintf("%s sent no response within %s", e.upstream, e.after)
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("%s sent no response within %s", e.Upstream, e.After)
 }
 
-func (e *upstreamTimeoutError) Unwrap() error { return errUpstreamTimeout }
+func (e *TimeoutError) Unwrap() error { return ErrTimeout }
 
-// status is the 504 the client gets.
-func (e *upstreamTimeoutError) status() error {
+// Status is the 504 the client gets.
+func (e *TimeoutError) Status() error {
 	return apierrors.NewTimeoutError(e.Error()+" (--upstream-header-timeout)", 0)
 }
 
-// roundTripWithin sends req on rt and gives the upstream d, counted from
+// RoundTripWithin sends req on rt and gives the upstream d, counted from
 // the moment the request body was sent (at once for a request without one),
 // to answer with its headers; after them nothing bounds the response, so
 // watches, log follows and upgraded streams last as long as they do. This
 // is Transport.ResponseHeaderTimeout, per request: a follow of a silent
 // container gets no headers until its first line and must not have it.
 //
-// A hung upstream yields *upstreamTimeoutError naming upstream.
-func roundTripWithin(rt http.RoundTripper, req *http.Request, d time.Duration, upstream string) (*http.Response, error) {
+// A hung upstream yields *TimeoutError naming upstream.
+func RoundTripWithin(rt http.RoundTripper, req *http.Request, d time.Duration, upstream string) (*http.Response, error) {
 	if d <= 0 {
 		return rt.RoundTrip(req)
 	}
 	// The response body lives under ctx; the request's own context (a
 	// child of the server's) ends it with the request.
 	ctx, cancel := context.WithCancelCause(req.Context())
-	t := &headerTimer{d: d, fire: func() { cancel(errUpstreamTimeout) }}
+	t := &headerTimer{d: d, fire: func() { cancel(ErrTimeout) }}
 	out := req.WithContext(ctx)
 	if req.Body == nil || req.Body == http.NoBody {
 		t.start()
@@ -68,7 +71,7 @@ func roundTripWithin(rt http.RoundTripper, req *http.Request, d time.Duration, u
 			res.Body.Close()
 		}
 		cancel(nil)
-		return nil, &upstreamTimeoutError{upstream: upstream, after: d}
+		return nil, &TimeoutError{Upstream: upstream, After: d}
 	}
 	if err != nil {
 		cancel(nil)
@@ -138,18 +141,19 @@ func (b *bodySentSignal) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// upstreamNameOf names who answers pathAndQuery below karmada-apiserver:
-// the cluster proxy of a member, or karmada-apiserver itself.
-func upstreamNameOf(pathAndQuery string) string {
+// NameOf names who answers pathAndQuery below karmada-apiserver: the
+// cluster proxy of a member, or karmada-apiserver itself.
+func NameOf(pathAndQuery string) string {
 	const prefix = "/apis/cluster.karmada.io/v1alpha1/clusters/"
 	if rest, ok := strings.CutPrefix(pathAndQuery, prefix); ok {
 		if cluster, after, ok := strings.Cut(rest, "/"); ok && strings.HasPrefix(after, "proxy") {
-			return clusterProxyName(cluster)
+			return ClusterProxyName(cluster)
 		}
 	}
-	return upstreamKarmada
+	return Karmada
 }
 
-func clusterProxyName(cluster string) string {
+// ClusterProxyName names the cluster proxy of cluster.
+func ClusterProxyName(cluster string) string {
 	return fmt.Sprintf("the cluster proxy for cluster %q", cluster)
 }
