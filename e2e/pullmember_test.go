@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -261,56 +260,9 @@ func testPullFaults(t *testing.T) {
 	t.Run("proxy killed: open execs end with an error naming the member, logs -f with an error", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 		defer cancel()
-		cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		startExec := func(transport string) <-chan error {
-			u := execURL(t, pod, &corev1.PodExecOptions{
-				Container: "main", Command: []string{"sh", "-c", "echo started; exec sleep 600"}, Stdout: true, Stderr: true,
-			})
-			var exe remotecommand.Executor
-			if transport == "websocket" {
-				exe, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
-			} else {
-				exe, err = remotecommand.NewSPDYExecutor(cfg, "POST", u)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out syncBuffer
-			done := make(chan error, 1)
-			go func() { done <- exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}) }()
-			if err := waitString(ctx, &out, "started\n", 30*time.Second); err != nil {
-				t.Fatalf("%s exec did not start: %v", transport, err)
-			}
-			return done
-		}
-		spdyDone, wsDone := startExec("spdy"), startExec("websocket")
-		rc, err := gatewayClient(t, env.UserExecOnly).CoreV1().Pods(env.Namespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		lines := make(chan string, 4096)
-		logsDone := make(chan error, 1)
-		go func() {
-			sc := bufio.NewScanner(rc)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			logsDone <- sc.Err()
-		}()
-		for range 3 {
-			select {
-			case l := <-lines:
-				if !strings.HasPrefix(l, "tick-") {
-					t.Fatalf("followed log line %q, want tick-N", l)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("no followed log line within 30s")
-			}
-		}
+		spdyDone := startLongExec(t, ctx, pod, "spdy")
+		wsDone := startLongExec(t, ctx, pod, "websocket")
+		logsDone := followTicks(t, ctx, pod)
 		before := map[string]float64{"exec": reportedCuts(t, "exec"), "log": reportedCuts(t, "log")}
 
 		testEnv.KillProxy(pullMember)
@@ -351,12 +303,29 @@ func testPullFaults(t *testing.T) {
 			}
 		}
 		// Karmada still calls the Cluster Ready (the agent probes the member
-		// from inside), so the gateway routes a new exec and relays the
-		// cluster proxy's failure to dial through the dead proxy.
-		if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil {
-			t.Errorf("kubectl exec into %s with the proxy down succeeded (%q)", pod, stdout)
+		// from inside), so the gateway routes a new exec, and Karmada's
+		// cluster proxy answers its failure to dial through the dead proxy
+		// with the bare dial error, naming no cluster (checked here through
+		// clusters/<member>/proxy: the gateway recognises the dial error, so
+		// a Karmada that words it otherwise must show). The gateway reports
+		// it as a 503 naming the cluster proxy and the member, Karmada's
+		// message kept: over an upgrade (kubectl exec: Karmada's upgrade
+		// dialer) and without one (a plain POST: Karmada's ReverseProxy
+		// transport).
+		if stdout, stderr, err := testEnv.RunKubectl(ctx, mustProxyKubeconfig(t, pullMember), nil, execArgs(pod)...); err == nil || !strings.Contains(stderr, "dial tcp") {
+			t.Errorf("exec through clusters/%s/proxy with the proxy down: %v, %q %q; want Karmada's dial error", pullMember, err, stdout, stderr)
+		} else {
+			t.Logf("exec through clusters/%s/proxy with the proxy down: %s", pullMember, strings.TrimSpace(stderr))
+		}
+		proxyName := `the cluster proxy for cluster "` + pullMember + `" could not reach member cluster "` + pullMember + `"`
+		if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil || !strings.Contains(stderr, proxyName) {
+			t.Errorf("kubectl exec into %s with the proxy down: %v, %q %q; want an error with %q", pod, err, stdout, stderr, proxyName)
 		} else {
 			t.Logf("kubectl exec with the proxy down: %s", strings.TrimSpace(stderr))
+		}
+		if st := rawExecStatus(t, env.UserExecOnly, env.Namespace, pod); st.Code != http.StatusServiceUnavailable ||
+			st.Reason != metav1.StatusReasonServiceUnavailable || !strings.Contains(st.Message, proxyName) || !strings.Contains(st.Message, "proxyconnect") {
+			t.Errorf("POST pods/%s/exec with the proxy down: %+v; want a 503 ServiceUnavailable Status with %q and Karmada's proxyconnect error", pod, st, proxyName)
 		}
 		expectExec(t, "proxy down", env.UserExecOnly, other)
 

@@ -60,6 +60,11 @@
 //     rewritten pods/log follow that upstream ends cleanly is checked
 //     against the member's pod for Options.LogEndWindow, and aborted when
 //     the container still runs.
+//   - Members out of reach (memberunreachable.go): Karmada's cluster proxy
+//     answers its own failure to reach a member (a Pull member's
+//     spec.proxyURL proxy down) with the bare Go error as a 500 Status
+//     naming no cluster; the gateway answers 503 naming the cluster proxy
+//     and the member, the message kept. The member's own errors pass.
 //   - Transports (upstream.go): "caller" carries the client's own credentials
 //     (TLS built from the upstream config with every credential removed);
 //     "gateway" adds the gateway's identity. Each has an HTTP/1.1-only twin
