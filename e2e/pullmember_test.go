@@ -400,3 +400,81 @@ func caPool(t *testing.T, e *env.Env) *x509.CertPool {
 	}
 	return p
 }
+
+// TestPullMemberSOCKS5 reaches a Pull member through a SOCKS5 proxy, the
+// other kind of spec.proxyURL Karmada's cluster proxy dials (x/net/proxy for
+// upgrades, net/http's SOCKS5 for plain requests): Debian's Dante server
+// instead of tinyproxy, the member's apiserver still reachable only through
+// it. An exec and a `logs -f` through the gateway work; with the proxy
+// killed the follow ends with an error and a new exec gets the gateway's
+// 503 naming the cluster proxy and the member with Karmada's SOCKS error
+// (reportMemberUnreachable must know Karmada's "socks connect" wording:
+// without it the exec's error names no cluster); with the proxy back execs
+// work again through the same gateway.
+func TestPullMemberSOCKS5(t *testing.T) {
+	pe := env.StartForTest(t, env.Options{
+		Gateway:     env.GatewayOptions{Enabled: true},
+		Members:     []string{pullMember},
+		PullMembers: []string{pullMember},
+		PullProxy:   "socks5",
+		KeepWorkDir: os.Getenv("E2E_KEEP") != "",
+	})
+	shared := testEnv
+	testEnv = pe
+	t.Cleanup(func() { testEnv = shared })
+	dumpLogsOnFailure(t)
+	if u := pe.ProxyURL(pullMember); u.Scheme != "socks5" {
+		t.Fatalf("proxyURL %s, want a socks5 one", u)
+	}
+	t.Run("only the proxy reaches the member", func(t *testing.T) { onlyThroughProxy(t, pullMember) })
+
+	// In a subtest, so that its pod is deleted before the environment stops.
+	t.Run("exec and logs -f, the proxy killed and back", func(t *testing.T) {
+		const pod = "socks-ticker"
+		placePod(t, env.ShellPod(env.Namespace, pod, tickerScript), []string{pullMember}, pullMember)
+		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+		defer cancel()
+		expectExec(t, "socks5", env.UserExecOnly, pod)
+		logsDone := followTicks(t, ctx, pod)
+
+		testEnv.KillProxy(pullMember)
+		restarted := false
+		t.Cleanup(func() {
+			if !restarted {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				if err := testEnv.StartProxy(ctx, pullMember); err != nil {
+					t.Errorf("restart the proxy: %v", err)
+				}
+			}
+		})
+		select {
+		case err := <-logsDone:
+			t.Logf("logs -f through the gateway ended with: %v", err)
+			if msg := anError(err); msg != "" {
+				t.Errorf("logs -f after the proxy was killed: %s", msg)
+			}
+		case <-time.After(90 * time.Second):
+			t.Errorf("logs -f still runs 90s after the proxy was killed")
+		}
+		want := `the cluster proxy for cluster "` + pullMember + `" could not reach member cluster "` + pullMember + `": socks connect`
+		if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil || !strings.Contains(stderr, want) {
+			t.Errorf("kubectl exec into %s with the SOCKS5 proxy down: %v, %q %q; want an error with %q", pod, err, stdout, stderr, want)
+		} else {
+			t.Logf("kubectl exec with the SOCKS5 proxy down: %s", strings.TrimSpace(stderr))
+		}
+		if err := testEnv.StartProxy(ctx, pullMember); err != nil {
+			t.Fatal(err)
+		}
+		restarted = true
+		waitExecWorks(t, ctx, pod)
+	})
+
+	if !t.Failed() {
+		testEnv = shared
+		pe.Stop()
+		if left := pe.Leftovers(); len(left) > 0 {
+			t.Errorf("after Stop: %v", left)
+		}
+	}
+}
