@@ -135,7 +135,7 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // says it is the cluster proxy's own failure. Other answers are relayed
 // unchanged (their body as read so far, then the rest).
 func reportMemberUnreachable(res *http.Response, state *requestState) error {
-	if state.cluster == "" || res.StatusCode < 500 || res.Header.Get("Content-Encoding") != "" {
+	if state == nil || state.cluster == "" || res.StatusCode < 500 || res.Header.Get("Content-Encoding") != "" {
 		return nil
 	}
 	body, err := io.ReadAll(io.LimitReader(res.Body, maxProxyErrorBytes+1))
