@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -49,32 +48,6 @@ func TestNodeFaults(t *testing.T) {
 	}
 	gw := gatewayClient(t, env.UserExecOnly)
 
-	// startExec runs a long exec in the ticker pod through the gateway
-	// over transport (spdy or websocket) and returns once it printed, with
-	// the channel its end arrives on.
-	startExec := func(t *testing.T, ctx context.Context, transport string) <-chan error {
-		t.Helper()
-		u := execURL(t, ticker, &corev1.PodExecOptions{
-			Container: "main", Command: []string{"sh", "-c", "echo started; exec sleep 600"}, Stdout: true, Stderr: true,
-		})
-		var exe remotecommand.Executor
-		var err error
-		if transport == "websocket" {
-			exe, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
-		} else {
-			exe, err = remotecommand.NewSPDYExecutor(cfg, "POST", u)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out syncBuffer
-		done := make(chan error, 1)
-		go func() { done <- exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}) }()
-		if err := waitString(ctx, &out, "started\n", 30*time.Second); err != nil {
-			t.Fatalf("%s exec did not start: %v", transport, err)
-		}
-		return done
-	}
 	restart := func(t *testing.T, what string, start func(context.Context) error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -131,34 +104,9 @@ func TestNodeFaults(t *testing.T) {
 	t.Run("kubelet killed: execs and logs -f end with an error", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
-		spdyDone := startExec(t, ctx, "spdy")
-		wsDone := startExec(t, ctx, "websocket")
-
-		rc, err := gw.CoreV1().Pods(env.Namespace).GetLogs(ticker, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		lines := make(chan string, 1024)
-		logsDone := make(chan error, 1)
-		go func() {
-			sc := bufio.NewScanner(rc)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			// Scanner hides io.EOF: nil here is a clean end of the body.
-			logsDone <- sc.Err()
-		}()
-		for range 3 {
-			select {
-			case l := <-lines:
-				if !strings.HasPrefix(l, "tick-") {
-					t.Fatalf("followed log line %q, want tick-N", l)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("no followed log line within 30s")
-			}
-		}
+		spdyDone := startLongExec(t, ctx, ticker, "spdy")
+		wsDone := startLongExec(t, ctx, ticker, "websocket")
+		logsDone := followTicks(t, ctx, ticker)
 
 		crash(t, "member1's kubelet", func() { testEnv.KillKubelet("member1") },
 			func(ctx context.Context) error { return testEnv.StartKubelet(ctx, "member1") },
@@ -180,8 +128,8 @@ func TestNodeFaults(t *testing.T) {
 	t.Run("containerd killed: SPDY exec errors, WebSocket exec reads as success (kubelet translator gap)", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
-		spdyDone := startExec(t, ctx, "spdy")
-		wsDone := startExec(t, ctx, "websocket")
+		spdyDone := startLongExec(t, ctx, ticker, "spdy")
+		wsDone := startLongExec(t, ctx, ticker, "websocket")
 		crash(t, "member1's containerd", func() { testEnv.KillContainerd("member1") },
 			func(ctx context.Context) error { return testEnv.StartContainerd(ctx, "member1") },
 			map[string]streamEnd{

@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -261,56 +260,9 @@ func testPullFaults(t *testing.T) {
 	t.Run("proxy killed: open execs end with an error naming the member, logs -f with an error", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 		defer cancel()
-		cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		startExec := func(transport string) <-chan error {
-			u := execURL(t, pod, &corev1.PodExecOptions{
-				Container: "main", Command: []string{"sh", "-c", "echo started; exec sleep 600"}, Stdout: true, Stderr: true,
-			})
-			var exe remotecommand.Executor
-			if transport == "websocket" {
-				exe, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
-			} else {
-				exe, err = remotecommand.NewSPDYExecutor(cfg, "POST", u)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out syncBuffer
-			done := make(chan error, 1)
-			go func() { done <- exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}) }()
-			if err := waitString(ctx, &out, "started\n", 30*time.Second); err != nil {
-				t.Fatalf("%s exec did not start: %v", transport, err)
-			}
-			return done
-		}
-		spdyDone, wsDone := startExec("spdy"), startExec("websocket")
-		rc, err := gatewayClient(t, env.UserExecOnly).CoreV1().Pods(env.Namespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		lines := make(chan string, 4096)
-		logsDone := make(chan error, 1)
-		go func() {
-			sc := bufio.NewScanner(rc)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			logsDone <- sc.Err()
-		}()
-		for range 3 {
-			select {
-			case l := <-lines:
-				if !strings.HasPrefix(l, "tick-") {
-					t.Fatalf("followed log line %q, want tick-N", l)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("no followed log line within 30s")
-			}
-		}
+		spdyDone := startLongExec(t, ctx, pod, "spdy")
+		wsDone := startLongExec(t, ctx, pod, "websocket")
+		logsDone := followTicks(t, ctx, pod)
 		before := map[string]float64{"exec": reportedCuts(t, "exec"), "log": reportedCuts(t, "log")}
 
 		testEnv.KillProxy(pullMember)
@@ -351,12 +303,29 @@ func testPullFaults(t *testing.T) {
 			}
 		}
 		// Karmada still calls the Cluster Ready (the agent probes the member
-		// from inside), so the gateway routes a new exec and relays the
-		// cluster proxy's failure to dial through the dead proxy.
-		if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil {
-			t.Errorf("kubectl exec into %s with the proxy down succeeded (%q)", pod, stdout)
+		// from inside), so the gateway routes a new exec, and Karmada's
+		// cluster proxy answers its failure to dial through the dead proxy
+		// with the bare dial error, naming no cluster (checked here through
+		// clusters/<member>/proxy: the gateway recognises the dial error, so
+		// a Karmada that words it otherwise must show). The gateway reports
+		// it as a 503 naming the cluster proxy and the member, Karmada's
+		// message kept: over an upgrade (kubectl exec: Karmada's upgrade
+		// dialer) and without one (a plain POST: Karmada's ReverseProxy
+		// transport).
+		if stdout, stderr, err := testEnv.RunKubectl(ctx, mustProxyKubeconfig(t, pullMember), nil, execArgs(pod)...); err == nil || !strings.Contains(stderr, "dial tcp") {
+			t.Errorf("exec through clusters/%s/proxy with the proxy down: %v, %q %q; want Karmada's dial error", pullMember, err, stdout, stderr)
+		} else {
+			t.Logf("exec through clusters/%s/proxy with the proxy down: %s", pullMember, strings.TrimSpace(stderr))
+		}
+		proxyName := `the cluster proxy for cluster "` + pullMember + `" could not reach member cluster "` + pullMember + `"`
+		if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil || !strings.Contains(stderr, proxyName) {
+			t.Errorf("kubectl exec into %s with the proxy down: %v, %q %q; want an error with %q", pod, err, stdout, stderr, proxyName)
 		} else {
 			t.Logf("kubectl exec with the proxy down: %s", strings.TrimSpace(stderr))
+		}
+		if st := rawExecStatus(t, env.UserExecOnly, env.Namespace, pod); st.Code != http.StatusServiceUnavailable ||
+			st.Reason != metav1.StatusReasonServiceUnavailable || !strings.Contains(st.Message, proxyName) || !strings.Contains(st.Message, "proxyconnect") {
+			t.Errorf("POST pods/%s/exec with the proxy down: %+v; want a 503 ServiceUnavailable Status with %q and Karmada's proxyconnect error", pod, st, proxyName)
 		}
 		expectExec(t, "proxy down", env.UserExecOnly, other)
 
@@ -430,4 +399,82 @@ func caPool(t *testing.T, e *env.Env) *x509.CertPool {
 		t.Fatal(errors.New("the environment's CA is not PEM"))
 	}
 	return p
+}
+
+// TestPullMemberSOCKS5 reaches a Pull member through a SOCKS5 proxy, the
+// other kind of spec.proxyURL Karmada's cluster proxy dials (x/net/proxy for
+// upgrades, net/http's SOCKS5 for plain requests): Debian's Dante server
+// instead of tinyproxy, the member's apiserver still reachable only through
+// it. An exec and a `logs -f` through the gateway work; with the proxy
+// killed the follow ends with an error and a new exec gets the gateway's
+// 503 naming the cluster proxy and the member with Karmada's SOCKS error
+// (reportMemberUnreachable must know Karmada's "socks connect" wording:
+// without it the exec's error names no cluster); with the proxy back execs
+// work again through the same gateway.
+func TestPullMemberSOCKS5(t *testing.T) {
+	pe := env.StartForTest(t, env.Options{
+		Gateway:     env.GatewayOptions{Enabled: true},
+		Members:     []string{pullMember},
+		PullMembers: []string{pullMember},
+		PullProxy:   "socks5",
+		KeepWorkDir: os.Getenv("E2E_KEEP") != "",
+	})
+	shared := testEnv
+	testEnv = pe
+	t.Cleanup(func() { testEnv = shared })
+	dumpLogsOnFailure(t)
+	if u := pe.ProxyURL(pullMember); u.Scheme != "socks5" {
+		t.Fatalf("proxyURL %s, want a socks5 one", u)
+	}
+	t.Run("only the proxy reaches the member", func(t *testing.T) { onlyThroughProxy(t, pullMember) })
+
+	// In a subtest, so that its pod is deleted before the environment stops.
+	t.Run("exec and logs -f, the proxy killed and back", func(t *testing.T) {
+		const pod = "socks-ticker"
+		placePod(t, env.ShellPod(env.Namespace, pod, tickerScript), []string{pullMember}, pullMember)
+		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+		defer cancel()
+		expectExec(t, "socks5", env.UserExecOnly, pod)
+		logsDone := followTicks(t, ctx, pod)
+
+		testEnv.KillProxy(pullMember)
+		restarted := false
+		t.Cleanup(func() {
+			if !restarted {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				if err := testEnv.StartProxy(ctx, pullMember); err != nil {
+					t.Errorf("restart the proxy: %v", err)
+				}
+			}
+		})
+		select {
+		case err := <-logsDone:
+			t.Logf("logs -f through the gateway ended with: %v", err)
+			if msg := anError(err); msg != "" {
+				t.Errorf("logs -f after the proxy was killed: %s", msg)
+			}
+		case <-time.After(90 * time.Second):
+			t.Errorf("logs -f still runs 90s after the proxy was killed")
+		}
+		want := `the cluster proxy for cluster "` + pullMember + `" could not reach member cluster "` + pullMember + `": socks connect`
+		if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil || !strings.Contains(stderr, want) {
+			t.Errorf("kubectl exec into %s with the SOCKS5 proxy down: %v, %q %q; want an error with %q", pod, err, stdout, stderr, want)
+		} else {
+			t.Logf("kubectl exec with the SOCKS5 proxy down: %s", strings.TrimSpace(stderr))
+		}
+		if err := testEnv.StartProxy(ctx, pullMember); err != nil {
+			t.Fatal(err)
+		}
+		restarted = true
+		waitExecWorks(t, ctx, pod)
+	})
+
+	if !t.Failed() {
+		testEnv = shared
+		pe.Stop()
+		if left := pe.Leftovers(); len(left) > 0 {
+			t.Errorf("after Stop: %v", left)
+		}
+	}
 }

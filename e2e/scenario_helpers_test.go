@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -344,4 +346,72 @@ func (p *kubectlProc) waitOutput(ctx context.Context, want string, timeout time.
 			want, strings.Join(p.cmd.Args[3:], " "), err, p.stdout.String(), p.stderr.String())
 	}
 	return nil
+}
+
+// startLongExec runs a long exec in pod (container main) through the
+// gateway as UserExecOnly over transport (spdy or websocket) and returns
+// once it printed, with the channel its end arrives on: the stream a fault
+// test then cuts (TestNodeFaults, TestPullMember).
+func startLongExec(t *testing.T, ctx context.Context, pod, transport string) <-chan error {
+	t.Helper()
+	cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := execURL(t, pod, &corev1.PodExecOptions{
+		Container: "main", Command: []string{"sh", "-c", "echo started; exec sleep 600"}, Stdout: true, Stderr: true,
+	})
+	var exe remotecommand.Executor
+	if transport == "websocket" {
+		exe, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
+	} else {
+		exe, err = remotecommand.NewSPDYExecutor(cfg, "POST", u)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}) }()
+	if err := waitString(ctx, &out, "started\n", 30*time.Second); err != nil {
+		t.Fatalf("%s exec did not start: %v", transport, err)
+	}
+	return done
+}
+
+// followTicks follows the log of pod, which runs tickerScript, through the
+// gateway as UserExecOnly and returns once three tick-N lines came, with the
+// channel the follow's end arrives on (nil for a clean end of the body).
+// The rest of the body is read and dropped until it ends.
+func followTicks(t *testing.T, ctx context.Context, pod string) <-chan error {
+	t.Helper()
+	rc, err := gatewayClient(t, env.UserExecOnly).CoreV1().Pods(env.Namespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Close() })
+	const want = 3
+	lines := make(chan string, want)
+	done := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(rc)
+		for n := 0; sc.Scan(); n++ {
+			if n < want {
+				lines <- sc.Text()
+			}
+		}
+		// Scanner hides io.EOF: nil here is a clean end of the body.
+		done <- sc.Err()
+	}()
+	for range want {
+		select {
+		case l := <-lines:
+			if !strings.HasPrefix(l, "tick-") {
+				t.Fatalf("followed log line %q, want tick-N", l)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no followed log line within 30s")
+		}
+	}
+	return done
 }

@@ -98,8 +98,12 @@ type Options struct {
 	// its own, its kube-apiserver reachable from the host only through the
 	// HTTP CONNECT proxy of its Cluster's spec.proxyURL (pull.go).
 	PullMembers []string
-	Gateway     GatewayOptions
-	Host        HostOptions
+	// PullProxy is the kind of proxy in front of every Pull member, the
+	// scheme of its Cluster's spec.proxyURL: "http" (the default, Debian's
+	// tinyproxy, HTTP CONNECT) or "socks5" (Debian's Dante server).
+	PullProxy string
+	Gateway   GatewayOptions
+	Host      HostOptions
 	// Log receives one line per startup step; nil discards.
 	Log io.Writer
 	// ComponentLogVerbosity is the klog verbosity of in-process
@@ -288,7 +292,11 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		}
 	}
 	if len(opts.PullMembers) > 0 {
-		bins = append(bins, filepath.Join(opts.KarmadaBinDir, karmadaAgent), "/usr/bin/tinyproxy", "/usr/bin/nsenter")
+		proxyBin, err := pullProxyBinary(opts.PullProxy)
+		if err != nil {
+			return nil, err
+		}
+		bins = append(bins, filepath.Join(opts.KarmadaBinDir, karmadaAgent), proxyBin, "/usr/bin/nsenter")
 	}
 	for _, bin := range bins {
 		if !fileExists(bin) {

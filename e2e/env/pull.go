@@ -46,7 +46,9 @@ import (
 // net/http proxying (pkg/util/proxy), which presents none; Karmada's own ANP
 // guide uses a fork adding a plain listener. An HTTP CONNECT proxy is what
 // the field means, and tinyproxy is one from Debian with no restriction on
-// CONNECT ports when no ConnectPort line is given.
+// CONNECT ports when no ConnectPort line is given. Options.PullProxy
+// "socks5" puts Debian's Dante server (danted) there instead: spec.proxyURL
+// may also be socks5://, which Karmada dials with golang.org/x/net/proxy.
 
 // karmadaAgent is the agent's binary in BinDir/karmada (hack/build-karmada.sh).
 const karmadaAgent = "agent"
@@ -74,7 +76,9 @@ type pullMember struct {
 	// karmadaForward listens on the host end of the link.
 	karmadaForward *forwarder
 	proxyPort      int
-	proxy, agent   *process
+	// proxyScheme is spec.proxyURL's scheme: http or socks5.
+	proxyScheme  string
+	proxy, agent *process
 }
 
 // hostAddr is the host end of the link: etcd and the forwarder to
@@ -86,7 +90,31 @@ func (p *pullMember) nsAddr() netip.Addr { return p.link.gateway().Next() }
 
 // proxyURL is the Cluster's spec.proxyURL.
 func (p *pullMember) proxyURL() *url.URL {
-	return &url.URL{Scheme: "http", Host: netip.AddrPortFrom(p.nsAddr(), uint16(p.proxyPort)).String()}
+	scheme := p.proxyScheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	return &url.URL{Scheme: scheme, Host: netip.AddrPortFrom(p.nsAddr(), uint16(p.proxyPort)).String()}
+}
+
+// The proxies a Pull member can be reached through (Options.PullProxy):
+// Debian's tinyproxy for HTTP CONNECT, Debian's Dante server for SOCKS5,
+// the two kinds of spec.proxyURL Karmada's cluster proxy dials for plain
+// and upgraded requests alike (pkg/util/proxy).
+const (
+	tinyproxyBin = "/usr/bin/tinyproxy"
+	dantedBin    = "/usr/sbin/danted"
+)
+
+// pullProxyBinary is the proxy binary for Options.PullProxy.
+func pullProxyBinary(kind string) (string, error) {
+	switch kind {
+	case "", "http":
+		return tinyproxyBin, nil
+	case "socks5":
+		return dantedBin, nil
+	}
+	return "", fmt.Errorf("PullProxy %q: want http or socks5", kind)
 }
 
 // deleteStaleNetns deletes the namespaces named after the slot: a free slot
@@ -121,7 +149,10 @@ func (e *Env) newPullMembers() error {
 		if err != nil {
 			return err
 		}
-		p := &pullMember{name: m, link: slot, netns: fmt.Sprintf("%s%d-%s", netnsPrefix, slot.index, slot.nonce)}
+		p := &pullMember{name: m, link: slot, netns: fmt.Sprintf("%s%d-%s", netnsPrefix, slot.index, slot.nonce), proxyScheme: "http"}
+		if e.opts.PullProxy == "socks5" {
+			p.proxyScheme = "socks5"
+		}
 		e.pull[m] = p
 		if p.proxyPort, err = freePort(); err != nil {
 			return err
@@ -201,16 +232,52 @@ LogFile %q
 `, p.proxyPort, p.nsAddr(), p.hostAddr(), logFile)
 }
 
+// dantedConfig lets the host end of the link CONNECT (SOCKS5, no
+// authentication: Karmada sends a user only when spec.proxyURL has one) to
+// the namespace's loopback, where the member's apiserver listens, and never
+// times out an idle tunnel (timeout.io 0), as tinyproxyConfig.
+func dantedConfig(p *pullMember, logFile string) string {
+	return fmt.Sprintf(`logoutput: %s
+internal: %s port = %d
+external: 127.0.0.1
+clientmethod: none
+socksmethod: none
+user.privileged: root
+user.unprivileged: nobody
+timeout.io: 0
+client pass {
+	from: %s/32 to: 0.0.0.0/0
+}
+socks pass {
+	from: %s/32 to: 127.0.0.1/32
+	command: connect
+	log: error
+}
+`, logFile, p.nsAddr(), p.proxyPort, p.hostAddr(), p.hostAddr())
+}
+
 func (e *Env) startProxy(p *pullMember) error {
 	dir := filepath.Join(e.workDir, "pull", p.name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	conf := filepath.Join(dir, "tinyproxy.conf")
-	if err := os.WriteFile(conf, []byte(tinyproxyConfig(p, filepath.Join(e.logDir, "tinyproxy-"+p.name+".access.log"))), 0o644); err != nil {
+	name, conf, config := "tinyproxy-"+p.name, filepath.Join(dir, "tinyproxy.conf"), ""
+	if p.proxyScheme == "socks5" {
+		name, conf = "danted-"+p.name, filepath.Join(dir, "danted.conf")
+		config = dantedConfig(p, filepath.Join(e.logDir, name+".access.log"))
+	} else {
+		config = tinyproxyConfig(p, filepath.Join(e.logDir, name+".access.log"))
+	}
+	if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
 		return err
 	}
-	p.proxy = e.newProcess("tinyproxy-"+p.name, "/usr/bin/tinyproxy", "-d", "-c", conf)
+	if p.proxyScheme == "socks5" {
+		// In the foreground (no -D), one process group: KillProxy's SIGKILL
+		// takes its children, and every tunnel, down with it.
+		p.proxy = e.newProcess(name, dantedBin, "-f", conf, "-N", "1")
+	} else {
+		p.proxy = e.newProcess(name, tinyproxyBin, "-d", "-c", conf)
+	}
 	p.proxy.netns = p.netns
 	if err := p.proxy.start(); err != nil {
 		return err

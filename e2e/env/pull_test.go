@@ -26,3 +26,21 @@ func TestTinyproxyConfig(t *testing.T) {
 		t.Errorf("proxyURL = %s, want http://198.18.7.2:40123", got)
 	}
 }
+
+// TestDantedConfig checks the SOCKS5 proxy (Options.PullProxy "socks5") as
+// TestTinyproxyConfig the HTTP one: Debian's danted, listening only on the
+// namespace end, admitting only the host end, CONNECT only to the
+// namespace's loopback, no authentication and no idle timeout.
+func TestDantedConfig(t *testing.T) {
+	p := &pullMember{name: "member1", link: &netSlot{index: 7}, proxyPort: 40123, proxyScheme: "socks5"}
+	conf := dantedConfig(p, "/logs/danted.log")
+	for _, want := range []string{"internal: 198.18.7.2 port = 40123\n", "from: 198.18.7.1/32 to: 0.0.0.0/0\n", "from: 198.18.7.1/32 to: 127.0.0.1/32\n",
+		"command: connect\n", "socksmethod: none\n", "timeout.io: 0\n"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("danted config lacks %q:\n%s", want, conf)
+		}
+	}
+	if got := p.proxyURL().String(); got != "socks5://198.18.7.2:40123" {
+		t.Errorf("proxyURL = %s, want socks5://198.18.7.2:40123", got)
+	}
+}

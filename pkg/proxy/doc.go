@@ -60,6 +60,11 @@
 //     rewritten pods/log follow that upstream ends cleanly is checked
 //     against the member's pod for Options.LogEndWindow, and aborted when
 //     the container still runs.
+//   - Members out of reach (memberunreachable.go): Karmada's cluster proxy
+//     answers its own failure to reach a member (a Pull member's
+//     spec.proxyURL proxy down) with the bare Go error as a 500 Status
+//     naming no cluster; the gateway answers 503 naming the cluster proxy
+//     and the member, the message kept. The member's own errors pass.
 //   - Transports and deadlines (pkg/upstream): each request goes out on
 //     the caller's or the gateway's transport, HTTP/2 or HTTP/1.1 for
 //     upgrades, within Options.UpstreamHeaderTimeout to its response

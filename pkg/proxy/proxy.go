@@ -544,7 +544,8 @@ var errUpgradeMismatch = errors.New("upstream switched to another protocol than 
 // client sends next can be taken for tunnelled bytes. It has the streams
 // whose cut a member can make look like their end watched: SPDY exec and
 // attach for their exit status (streamfollow.Stream), log follows for their
-// container's end (streamfollow.FollowedLog).
+// container's end (streamfollow.FollowedLog). A cluster proxy's own failure
+// to reach its member is reported naming them (reportMemberUnreachable).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	requested := upgradeType(res.Request.Header)
 	if res.StatusCode == http.StatusSwitchingProtocols {
@@ -555,6 +556,9 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	}
 	if requested != "" {
 		res.Header.Set("Connection", "close")
+	}
+	if err := reportMemberUnreachable(res, stateFrom(res.Request.Context())); err != nil {
+		return err
 	}
 	if res.StatusCode == http.StatusOK {
 		p.watchLogFollow(res)
