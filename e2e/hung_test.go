@@ -206,8 +206,9 @@ const (
 // connection; the reviews then answered "authentication unavailable",
 // naming nothing); exec into a hung member, and exec, pods/log and
 // passthrough GETs while etcd hung, got no answer within 60s. The memory
-// bound is checked the same way: a gateway keeping 1 MiB per hung request
-// fails it, race build or not (see the report of #26).
+// bound was checked the same way: a -race gateway keeping 512 KiB per
+// request peaked at 225 MiB of Go heap against a bound of 79 MiB, while its
+// resident memory (+311 MiB) stayed within the race build's allowance.
 //
 // Authorize mode where the gateway itself calls karmada-apiserver
 // (TokenReview, SubjectAccessReview) or members (the member-copy check);
