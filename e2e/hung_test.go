@@ -86,8 +86,8 @@ const (
 	hungGoroutineSlack = 150
 	// hungGoMemoryBound bounds the growth of the gateway's Go memory (heap
 	// and goroutine stacks in use, as its /metrics report them) while the
-	// load is in flight: ~220 KiB per hung request, against ~100 KiB
-	// measured. It is the Go runtime's own accounting of what the gateway
+	// load is in flight: ~220 KiB per hung request, against 60-140 KiB
+	// measured with -race. It is the Go runtime's own accounting of what the gateway
 	// allocates, the same with or without -race: the race detector's
 	// shadow memory lies outside it. A leak of memory or goroutines per
 	// hung request shows here whatever the build.
@@ -100,8 +100,8 @@ const (
 	// with -race (E2E_GATEWAY_RACE=1, as CI builds it): the race
 	// detector's shadow memory and per-goroutine state multiply a
 	// program's resident memory by 5 to 10 (Go's race detector
-	// documentation). Measured for 300 hung requests: +30 MiB resident
-	// without -race, +275 MiB with. hungGoMemoryBound does not change.
+	// documentation). Measured for 300 hung requests: +20-35 MiB resident
+	// without -race, +135-321 MiB with. hungGoMemoryBound does not change.
 	hungRaceMemoryFactor = 10
 	// hungRecoverBound: after SIGCONT, exec and passthrough work again, and
 	// the labeler has labeled what was placed meanwhile, within this.
