@@ -60,8 +60,9 @@ func run(m *testing.M) int {
 
 // ownEnvironmentOnly reports whether the -run pattern selects only
 // TestPullMember, which starts an environment of its own and makes it
-// testEnv while it runs.
+// testEnv while it runs, or TestHungDependencies, which starts its own.
 func ownEnvironmentOnly(run string) bool {
 	top, _, _ := strings.Cut(run, "/")
-	return top == "TestPullMember" || top == "^TestPullMember$"
+	top = strings.TrimSuffix(strings.TrimPrefix(top, "^"), "$")
+	return top == "TestPullMember" || top == "TestHungDependencies"
 }

@@ -266,8 +266,13 @@ func (e *Env) startAPIServers(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// apiServerStartTimeout bounds an apiserver's start. Idle, three start in
+// about 10 s; with a few other environments starting on the same two cores
+// (CPU pressure near 100%), their storage caches alone took over 80 s.
+const apiServerStartTimeout = 3 * time.Minute
+
 func (e *Env) waitReady(ctx context.Context, s *apiServer) error {
-	return e.waitHTTPVia(ctx, s.proc, s.url()+"/readyz", e.tokens[UserAdmin], 90*time.Second, e.proxyFunc(s.name))
+	return e.waitHTTPVia(ctx, s.proc, s.url()+"/readyz", e.tokens[UserAdmin], apiServerStartTimeout, e.proxyFunc(s.name))
 }
 
 // StopMember stops member's apiserver, an outage as the rest of the

@@ -40,9 +40,11 @@
 //
 // Everything is generated into a work directory (CA, serving and client
 // certificates, static token files, kubeconfigs per user, logs), every port is
-// ephemeral and bound to 127.0.0.1, and every child runs in its own process
-// group so Stop can take the whole tree down even when a test fails. Users are
-// static tokens, so RBAC — not certificates — decides what each may do:
+// bound to 127.0.0.1 and claimed for the process before a child binds it
+// (ports.go: outside the kernel's ephemeral range, locked across processes),
+// and every child runs in its own process group so Stop can take the whole
+// tree down even when a test fails. Users are static tokens, so RBAC — not
+// certificates — decides what each may do:
 //
 //	admin                  system:masters everywhere; user and group bound to clusters/proxy
 //	exec-only              pods + pods/{exec,attach,log,portforward} in namespace e2e; user and group bound to clusters/proxy
