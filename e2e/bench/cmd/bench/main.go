@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,8 +28,39 @@ func main() {
 	out := flag.String("out", "", "also write the tables to this file")
 	verbose := flag.Bool("v", false, "print environment startup steps")
 	svgDir := flag.String("svg-dir", "", "write the scale sections' charts (scale-pods.svg, scale-streams.svg) to this directory")
+	gatewayCPU := flag.String("gateway-cpu", os.Getenv("BENCH_GATEWAY_CPU"), "cpuset mode: pin the gateway processes to these CPUs (taskset -c list, e.g. 1) and the bench with everything it starts to the others (default $BENCH_GATEWAY_CPU; empty: no pinning)")
+	gatewayV := flag.Int("gateway-v", 0, "the gateways' klog verbosity; 4 logs each upgrade's phases (check, connect, TLS handshake, upstream answer), at some cost to the figures")
 	flag.Parse()
-	os.Exit(run(*quick, *only, *out, *svgDir, *verbose))
+	os.Exit(run(*quick, *only, *out, *svgDir, *gatewayCPU, *gatewayV, *verbose))
+}
+
+// pinRest pins this process, all its threads, to the CPUs not in
+// gatewayCPUs, before it starts anything: every process of the environment
+// (apiservers, etcd, Karmada, kubelets, containerd and its containers)
+// inherits the affinity, and only the gateway is started on gatewayCPUs.
+// It returns the CPUs the rest runs on.
+func pinRest(gatewayCPUs string) (string, error) {
+	taken := map[string]bool{}
+	for _, c := range strings.Split(gatewayCPUs, ",") {
+		if _, err := strconv.Atoi(c); err != nil {
+			return "", fmt.Errorf("-gateway-cpu %q: want a comma-separated list of CPU numbers", gatewayCPUs)
+		}
+		taken[c] = true
+	}
+	var rest []string
+	for i := range runtime.NumCPU() {
+		if c := strconv.Itoa(i); !taken[c] {
+			rest = append(rest, c)
+		}
+	}
+	if len(rest) == 0 || len(taken) == 0 {
+		return "", fmt.Errorf("-gateway-cpu %q leaves no CPU of %d for the rest", gatewayCPUs, runtime.NumCPU())
+	}
+	list := strings.Join(rest, ",")
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", list, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("taskset the bench to CPUs %s: %w: %s", list, err, out)
+	}
+	return list, nil
 }
 
 func sectionNames() string {
@@ -38,7 +71,7 @@ func sectionNames() string {
 	return strings.Join(names, ",")
 }
 
-func run(quick bool, only, out, svgDir string, verbose bool) int {
+func run(quick bool, only, out, svgDir, gatewayCPU string, gatewayV int, verbose bool) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -61,6 +94,14 @@ func run(quick bool, only, out, svgDir string, verbose bool) int {
 		w = io.MultiWriter(os.Stdout, f)
 	}
 	fmt.Fprintf(w, "Run %s (%s sizes), %d CPUs (%s), %s.\n\n", time.Now().UTC().Format(time.RFC3339), preset, runtime.NumCPU(), cpuModel(), runtime.Version())
+	if gatewayCPU != "" {
+		rest, err := pinRest(gatewayCPU)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Fprintf(w, "Cpuset mode: the gateway on CPU %s, the bench and the whole environment on CPU %s.\n\n", gatewayCPU, rest)
+	}
 
 	r := &bench.Runner{Sizes: sizes, Log: os.Stderr, SVGDir: svgDir}
 	// In-process sections first, before the environment's goroutines exist.
@@ -73,13 +114,20 @@ func run(quick bool, only, out, svgDir string, verbose bool) int {
 			envLog = os.Stderr
 		}
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		e, err := env.Start(startCtx, env.Options{Gateway: env.GatewayOptions{Enabled: true}, Log: envLog})
+		gw := env.GatewayOptions{Enabled: true, CPUs: gatewayCPU}
+		if gatewayV > 0 {
+			gw.Args = []string{"--v=" + strconv.Itoa(gatewayV)}
+		}
+		e, err := env.Start(startCtx, env.Options{Gateway: gw, Log: envLog})
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "start e2e environment:", err)
 			return 1
 		}
 		defer e.Stop()
+		if gatewayV > 0 {
+			fmt.Fprintf(os.Stderr, "bench: gateway logs in %s (E2E_KEEP=1 keeps them after the run)\n", e.LogDir())
+		}
 		r.Env = e
 		if err := r.Setup(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "bench setup:", err)
