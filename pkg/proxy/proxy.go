@@ -231,6 +231,8 @@ type requestState struct {
 	authorized *identity.Caller
 	refusedBy  error
 	audit      *audit.Trail
+	// phases times an upgrade's setup for the debug log (nil unless V(4)).
+	phases *streamPhases
 }
 
 type stateKey struct{}
@@ -249,6 +251,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route: metrics.RoutePassthrough, upstreamName: upstreamKarmada,
 		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r), follow: isFollow(r),
 	}
+	state.phases = newStreamPhases(klog.FromContext(r.Context()), state.upgrade)
 	if p.auditor != nil {
 		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided)
 	}
@@ -340,7 +343,9 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // any identity header of the client's. Otherwise it writes the Status and
 // returns false.
 func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
+	done := stateFrom(r.Context()).phases.timeCheck("authorization")
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
+	done()
 	stateFrom(r.Context()).authorizedBy(caller, err)
 	if err != nil {
 		logger.V(2).Info("Request not authorized", "err", err)
@@ -405,7 +410,9 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
+	done := stateFrom(r.Context()).phases.timeCheck("admission")
 	res, err := p.getAccepting(r.Context(), r, upstreamIdentity{editHeader: edit}, path, partialObjectMetadataJSON)
+	done()
 	if err != nil {
 		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s %s/%s: %w", resource, namespace, name, err))
 		return false
@@ -506,7 +513,16 @@ func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	if state.follow {
 		return rt.RoundTrip(req)
 	}
-	return roundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
+	if state.phases == nil {
+		return roundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
+	}
+	res, err := roundTripWithin(rt, state.phases.withTrace(req), p.headerTimeout, state.upstreamName)
+	code := 0
+	if err == nil {
+		code = res.StatusCode
+	}
+	state.phases.log(klog.FromContext(req.Context()).WithValues("upstream", state.upstreamName), code)
+	return res, err
 }
 
 // copyBufferSize is ReverseProxy's own default, the size io.Copy uses.
