@@ -14,7 +14,9 @@ import (
 // streamPhases times where opening an upgraded stream (exec, attach,
 // port-forward) spends its time, for one debug line (V(4)) per upgrade once
 // the upstream answered: the check before anything goes upstream (the
-// passthrough admission GET, or authorize mode's authorization), getting a
+// passthrough admission GET, or authorize mode's authorization), resolving
+// the pod's member (in authorize mode, a read of the member's copy through
+// the cluster proxy), getting a
 // connection to karmada-apiserver (a warm one, or a dial with its TLS
 // handshake, resumed or full), and the upstream's time to its answer.
 // These are the phases issue #27 measured from outside; the log line says
@@ -26,6 +28,7 @@ type streamPhases struct {
 	check time.Duration
 	// checkName is "admission" or "authorization".
 	checkName string
+	resolve   time.Duration
 
 	getConn, gotConn, tlsStart, tlsDone, wrote, firstByte time.Time
 	reused, resumed, warm                                 bool
@@ -52,6 +55,20 @@ func (s *streamPhases) timeCheck(name string) func() {
 		defer s.mu.Unlock()
 		s.check += time.Since(t0)
 		s.checkName = name
+	}
+}
+
+// timeResolve starts timing the Resolver; call the returned func when it
+// answered.
+func (s *streamPhases) timeResolve() func() {
+	if s == nil {
+		return func() {}
+	}
+	t0 := time.Now()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.resolve += time.Since(t0)
 	}
 }
 
@@ -107,7 +124,7 @@ func (s *streamPhases) log(logger klog.Logger, code int) {
 	}
 	logger.V(4).Info("Upgrade phases",
 		"code", code,
-		"check", s.checkName, "checkDuration", s.check,
+		"check", s.checkName, "checkDuration", s.check, "resolve", s.resolve,
 		"connect", since(s.getConn, s.gotConn), "warmConnection", s.warm, "reusedConnection", s.reused,
 		"tlsHandshake", since(s.tlsStart, s.tlsDone), "tlsResumed", s.resumed,
 		"upstreamAnswer", since(s.wrote, s.firstByte),

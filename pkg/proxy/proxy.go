@@ -307,6 +307,11 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
+		if state.upgrade {
+			// The upgrade will need a connection as the gateway: dial it
+			// while the caller is authorized (nothing is sent on it before).
+			p.upstream.warmUp(true)
+		}
 		for _, rr := range identity.PodStreamRequests(r.Method, pr.Namespace, pr.Name, pr.Subresource) {
 			if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
 				return
@@ -324,7 +329,9 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	resolved := state.phases.timeResolve()
 	cluster, err := p.resolver.Resolve(ctx, pr.Namespace, pr.Name)
+	resolved()
 	if err != nil {
 		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
 		apiresponse.WriteStatus(w, err)
@@ -399,8 +406,15 @@ const maxCheckBodyBytes = 1 << 20
 // karmada-apiserver's own for this caller and is relayed as it came.
 // Nothing is cached: the cache would have to be keyed on credentials.
 func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resource, namespace, name string) bool {
-	if !p.holdStream(w, r, stateFrom(r.Context())) { // a refused stream sends nothing upstream, the check included
+	state := stateFrom(r.Context())
+	if !p.holdStream(w, r, state) { // a refused stream sends nothing upstream, the check included
 		return false
+	}
+	if state.upgrade {
+		// The upgrade will need a new connection: dial it while
+		// karmada-apiserver judges the caller. Nothing is sent on it
+		// before the check allowed the request.
+		p.upstream.warmUp(false)
 	}
 	edit, err := identity.PlainRequestHeader(r.Header)
 	if err != nil {
@@ -410,7 +424,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
-	done := stateFrom(r.Context()).phases.timeCheck("admission")
+	done := state.phases.timeCheck("admission")
 	res, err := p.getAccepting(r.Context(), r, upstreamIdentity{editHeader: edit}, path, partialObjectMetadataJSON)
 	done()
 	if err != nil {

@@ -30,6 +30,19 @@ type upstream struct {
 	gateway, gatewayUpgrade http.RoundTripper
 
 	transports []*http.Transport
+	// callerWarm and gatewayWarm dial ahead for the upgrade transports
+	// (nil where they cannot apply; see warmDialer).
+	callerWarm, gatewayWarm *warmDialer
+}
+
+// warmUp has the upgrade transport of the identity dial a connection ahead
+// for an upgrade request that just arrived.
+func (u *upstream) warmUp(gatewayIdentity bool) {
+	if gatewayIdentity {
+		u.gatewayWarm.warmUp()
+	} else {
+		u.callerWarm.warmUp()
+	}
 }
 
 func (u *upstream) transport(gatewayIdentity, upgrade bool) http.RoundTripper {
@@ -49,6 +62,8 @@ func (u *upstream) closeIdleConnections() {
 	for _, t := range u.transports {
 		t.CloseIdleConnections()
 	}
+	u.callerWarm.close()
+	u.gatewayWarm.close()
 }
 
 func newUpstream(cfg *rest.Config) (*upstream, error) {
@@ -91,12 +106,23 @@ func newUpstream(cfg *rest.Config) (*upstream, error) {
 		u.transports = append(u.transports, t)
 		return t
 	}
+	// Upgrade transports take connections dialed ahead (warmDialer).
+	newUpgradeTransport := func(tlsConfig *tls.Config) (*http.Transport, *warmDialer) {
+		t := newTransport(tlsConfig, false)
+		w := newWarmDialer(base, t.TLSClientConfig, proxy, dial)
+		if w != nil {
+			t.DialTLSContext = w.DialTLSContext
+		}
+		return t, w
+	}
 	u.caller = newTransport(callerTLS, true)
-	u.callerUpgrade = newTransport(callerTLS, false)
+	u.callerUpgrade, u.callerWarm = newUpgradeTransport(callerTLS)
 	if u.gateway, err = rest.HTTPWrappersForConfig(cfg, newTransport(gatewayTLS, true)); err != nil {
 		return nil, fmt.Errorf("gateway transport: %w", err)
 	}
-	if u.gatewayUpgrade, err = rest.HTTPWrappersForConfig(cfg, newTransport(gatewayTLS, false)); err != nil {
+	gatewayUpgrade, gatewayWarm := newUpgradeTransport(gatewayTLS)
+	u.gatewayWarm = gatewayWarm
+	if u.gatewayUpgrade, err = rest.HTTPWrappersForConfig(cfg, gatewayUpgrade); err != nil {
 		return nil, fmt.Errorf("gateway upgrade transport: %w", err)
 	}
 	return u, nil
@@ -121,6 +147,14 @@ func newHTTPTransport(tlsConfig *tls.Config, proxy func(*http.Request) (*url.URL
 	var tc *tls.Config
 	if tlsConfig != nil {
 		tc = tlsConfig.Clone()
+		if tc.ClientSessionCache == nil {
+			// Resumed handshakes skip the certificate exchange: new
+			// connections, and every upgrade needs one, cost less (#27). A
+			// resumed session is the identity of its first handshake, which
+			// is this transport's own (none, or the gateway's); Go's server
+			// does not resume past that certificate's expiry.
+			tc.ClientSessionCache = tls.NewLRUClientSessionCache(tlsSessionCacheSize)
+		}
 	}
 	t := &http.Transport{
 		Proxy:               proxy,
