@@ -34,12 +34,14 @@ func main() {
 	os.Exit(run(*quick, *only, *out, *svgDir, *gatewayCPU, *gatewayV, *verbose))
 }
 
-// pinRest pins this process, all its threads, to the CPUs not in
-// gatewayCPUs, before it starts anything: every process of the environment
-// (apiservers, etcd, Karmada, kubelets, containerd and its containers)
-// inherits the affinity, and only the gateway is started on gatewayCPUs.
-// It returns the CPUs the rest runs on.
-func pinRest(gatewayCPUs string) (string, error) {
+// pinRest pins this process and its descendants, every thread, to the
+// CPUs not in gatewayCPUs, except the gateway (pid gateway), which env
+// started on gatewayCPUs. It runs once the environment is up (so that its
+// start is not squeezed onto fewer CPUs) and before the bench pods exist:
+// processes started later (containerd's shims and containers, exec'd
+// commands) inherit the affinity of their pinned parent. It returns the
+// CPUs the rest runs on.
+func pinRest(gatewayCPUs string, gateway int) (string, error) {
 	taken := map[string]bool{}
 	for _, c := range strings.Split(gatewayCPUs, ",") {
 		if _, err := strconv.Atoi(c); err != nil {
@@ -57,10 +59,46 @@ func pinRest(gatewayCPUs string) (string, error) {
 		return "", fmt.Errorf("-gateway-cpu %q leaves no CPU of %d for the rest", gatewayCPUs, runtime.NumCPU())
 	}
 	list := strings.Join(rest, ",")
-	if out, err := exec.Command("taskset", "-a", "-p", "-c", list, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("taskset the bench to CPUs %s: %w: %s", list, err, out)
+	for _, pid := range descendants(os.Getpid()) {
+		if pid == gateway {
+			continue
+		}
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", list, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+			if _, statErr := os.Stat("/proc/" + strconv.Itoa(pid)); statErr != nil {
+				continue // it ended meanwhile
+			}
+			return "", fmt.Errorf("taskset pid %d to CPUs %s: %w: %s", pid, list, err, out)
+		}
 	}
 	return list, nil
+}
+
+// descendants is root and every process below it, from /proc.
+func descendants(root int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so cut after ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		if f := strings.Fields(string(stat[i+1:])); i > 0 && len(f) > 1 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil {
+				children[ppid] = append(children[ppid], pid)
+			}
+		}
+	}
+	out := []int{root}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
 }
 
 func sectionNames() string {
@@ -94,14 +132,6 @@ func run(quick bool, only, out, svgDir, gatewayCPU string, gatewayV int, verbose
 		w = io.MultiWriter(os.Stdout, f)
 	}
 	fmt.Fprintf(w, "Run %s (%s sizes), %d CPUs (%s), %s.\n\n", time.Now().UTC().Format(time.RFC3339), preset, runtime.NumCPU(), cpuModel(), runtime.Version())
-	if gatewayCPU != "" {
-		rest, err := pinRest(gatewayCPU)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Fprintf(w, "Cpuset mode: the gateway on CPU %s, the bench and the whole environment on CPU %s.\n\n", gatewayCPU, rest)
-	}
 
 	r := &bench.Runner{Sizes: sizes, Log: os.Stderr, SVGDir: svgDir}
 	// In-process sections first, before the environment's goroutines exist.
@@ -129,6 +159,14 @@ func run(quick bool, only, out, svgDir, gatewayCPU string, gatewayV int, verbose
 			fmt.Fprintf(os.Stderr, "bench: gateway logs in %s (E2E_KEEP=1 keeps them after the run)\n", e.LogDir())
 		}
 		r.Env = e
+		if gatewayCPU != "" {
+			rest, err := pinRest(gatewayCPU, e.GatewayPID())
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			fmt.Fprintf(w, "Cpuset mode: the gateways on CPU %s; the bench and the whole environment, pinned once it started, on CPU %s.\n\n", gatewayCPU, rest)
+		}
 		if err := r.Setup(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "bench setup:", err)
 			e.WriteLogTails(os.Stderr, 40)
