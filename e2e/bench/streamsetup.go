@@ -81,9 +81,13 @@ type streamPath struct {
 	gateway, clusterProxy bool
 }
 
-// streamPaths are the gateway in passthrough (the environment's) and in
-// authorize mode (a second gateway process, started here; stop stops it),
-// Karmada's cluster proxy and, when withMember, the member's own apiserver.
+// memberCopyCacheTTL is the --member-copy-cache-ttl of the third gateway.
+const memberCopyCacheTTL = "5s"
+
+// streamPaths are the gateway in passthrough (the environment's), in
+// authorize mode as it starts by default and with --member-copy-cache-ttl
+// (two more gateway processes, started here; stop stops them), Karmada's
+// cluster proxy and, when withMember, the member's own apiserver.
 func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []streamPath, stop func(), err error) {
 	p, err := r.rewrittenPaths(env.UserExecOnly)
 	if err != nil {
@@ -93,15 +97,21 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 	if err != nil {
 		return nil, nil, fmt.Errorf("start a gateway in authorize mode: %w", err)
 	}
+	xc, err := r.Env.StartExtraGateway(ctx, "gateway-authorize-cached", "--auth-mode=authorize", "--member-copy-cache-ttl="+memberCopyCacheTTL)
+	if err != nil {
+		x.Stop()
+		return nil, nil, fmt.Errorf("start a gateway in authorize mode with --member-copy-cache-ttl: %w", err)
+	}
 	out = []streamPath{
 		{name: "gateway passthrough", cfg: p.gateway, gateway: true},
 		{name: "gateway authorize", cfg: unlimited(x.Config(env.UserExecOnly)), gateway: true},
+		{name: "gateway authorize, copy cache " + memberCopyCacheTTL, cfg: unlimited(xc.Config(env.UserExecOnly)), gateway: true},
 		{name: "cluster proxy", cfg: p.direct, clusterProxy: true},
 	}
 	if withMember {
 		out = append(out, streamPath{name: "member", cfg: unlimited(r.Env.MemberConfig(r.member))})
 	}
-	return out, x.Stop, nil
+	return out, func() { x.Stop(); xc.Stop() }, nil
 }
 
 // streamTimes are one path's time to 101 and time to exit status.
@@ -156,9 +166,9 @@ func (r *Runner) StreamSetup(ctx context.Context) (*Table, error) {
 			"after one warm-up session per path; each session on a new connection as kubectl opens it (client-go's own executors), timed from the first byte sent, "+
 			"the executor built beforehand. Time to 101: until the response headers of `101 Switching Protocols`; to exit: until the executor returned the exit status. "+
 			"Ratios are to the cluster proxy in the same run. Paths: the gateway in passthrough (`%s`, admission GET as the caller first) and in authorize mode "+
-			"(a second gateway process, authorization cached for `--auth-cache-ttl`), both forwarding to the cluster proxy; the cluster proxy directly; "+
+			"(a second gateway process, authorization cached for `--auth-cache-ttl`; and a third with `--member-copy-cache-ttl=%s`), all forwarding to the cluster proxy; the cluster proxy directly; "+
 			"the member's kube-apiserver directly (user admin: the bench user exists only in Karmada).",
-			r.Sizes.StreamSamples, r.Sizes.Rounds, env.UserExecOnly) + r.proxyNote("Cluster proxy"),
+			r.Sizes.StreamSamples, r.Sizes.Rounds, env.UserExecOnly, memberCopyCacheTTL) + r.proxyNote("Cluster proxy"),
 	}
 	for _, proto := range protocols {
 		urls := make([]*url.URL, len(ps))
@@ -277,7 +287,12 @@ func (r *Runner) JobReplay(ctx context.Context) (*Table, error) {
 		}
 		return fns
 	}()...)
-	ref := loads[len(ps)-1] // the cluster proxy
+	var ref Load
+	for i, p := range ps {
+		if p.clusterProxy {
+			ref = loads[i]
+		}
+	}
 	for i, p := range ps {
 		if err := loads[i].Err(); err != nil {
 			return nil, err
