@@ -138,9 +138,10 @@ demo: tools
 ## tables of figures and ratios (BENCH_FLAGS=-quick for a short check,
 ## BENCH_FLAGS=-only=scale-pods,scale-streams for the scale sections alone).
 ## BENCH_SVG_DIR=docs also redraws docs/scale-pods.svg and docs/scale-streams.svg
-## (-svg-dir). It reports targets met or missed and never fails on a number.
+## (-svg-dir). BENCH_GATEWAY_CPU=1 is cpuset mode: the gateway alone on CPU 1,
+## everything else on the other CPUs. It reports targets met or missed and never fails on a number.
 bench: tools
-	cd e2e && $(GO) run ./bench/cmd/bench $(if $(BENCH_SVG_DIR),-svg-dir=$(abspath $(BENCH_SVG_DIR))) $(BENCH_FLAGS)
+	cd e2e && $(GO) run ./bench/cmd/bench $(if $(BENCH_SVG_DIR),-svg-dir=$(abspath $(BENCH_SVG_DIR))) $(if $(BENCH_GATEWAY_CPU),-gateway-cpu=$(BENCH_GATEWAY_CPU)) $(BENCH_FLAGS)
 
 ## chart: lint and render the Helm chart and assert on it (no cluster needed).
 chart: $(BIN)/helm shellcheck

@@ -93,8 +93,13 @@ func run(ctx context.Context, o *options) error {
 		// Resolver checks, as the gateway, that the member object is the
 		// template's own copy before anything is forwarded to it.
 		ropts.ActsAsGateway = true
-		if ropts.Members, err = karmada.NewMemberMetadata(cfg, o.memberTimeout); err != nil {
+		members, err := karmada.NewMemberMetadata(cfg, o.memberTimeout)
+		if err != nil {
 			return err
+		}
+		ropts.Members = members
+		if o.memberCopyCacheTTL > 0 {
+			ropts.Members = karmada.NewCachedMemberMetadata(members, o.memberCopyCacheTTL)
 		}
 	}
 	res, err := resolver.New(ropts)

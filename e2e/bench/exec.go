@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -27,24 +29,46 @@ const execThroughputFloor = 0.95 // issue #15: gateway keeps 95% of direct throu
 
 // execSession runs cmd in the shell pod with cfg over proto.
 func execSession(ctx context.Context, cfg *rest.Config, proto string, cmd []string, stdin io.Reader, stdout io.Writer) error {
+	return execPod(ctx, cfg, proto, shellPod, cmd, stdin, stdout)
+}
+
+// execPod runs cmd in pod's container with cfg over proto, to its exit status.
+func execPod(ctx context.Context, cfg *rest.Config, proto, pod string, cmd []string, stdin io.Reader, stdout io.Writer) error {
+	u, err := podURL(cfg, pod, "exec", &corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: true, Stderr: true})
+	if err != nil {
+		return err
+	}
+	ex, err := newExecutor(cfg, proto, u)
+	if err != nil {
+		return err
+	}
+	return streamExec(ctx, ex, cmd, proto, stdin, stdout)
+}
+
+// podURL is the URL of pod's subresource sub below cfg's host, with opts
+// as its query, as client-go builds it for kubectl.
+func podURL(cfg *rest.Config, pod, sub string, opts runtime.Object) (*url.URL, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	u := cs.CoreV1().RESTClient().Post().Namespace(env.Namespace).Resource("pods").Name(shellPod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
-	var ex remotecommand.Executor
+	return cs.CoreV1().RESTClient().Post().Namespace(env.Namespace).Resource("pods").Name(pod).SubResource(sub).
+		VersionedParams(opts, scheme.ParameterCodec).URL(), nil
+}
+
+// newExecutor is kubectl's executor for u over proto.
+func newExecutor(cfg *rest.Config, proto string, u *url.URL) (remotecommand.Executor, error) {
 	switch proto {
 	case "SPDY":
-		ex, err = remotecommand.NewSPDYExecutor(cfg, "POST", u)
+		return remotecommand.NewSPDYExecutor(cfg, "POST", u)
 	case "WebSocket":
-		ex, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
-	default:
-		err = fmt.Errorf("unknown protocol %q", proto)
+		return remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
 	}
-	if err != nil {
-		return err
-	}
+	return nil, fmt.Errorf("unknown protocol %q", proto)
+}
+
+// streamExec runs ex to its exit status; cmd and proto name it in errors.
+func streamExec(ctx context.Context, ex remotecommand.Executor, cmd []string, proto string, stdin io.Reader, stdout io.Writer) error {
 	var stderr bytes.Buffer
 	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: &stderr}); err != nil {
 		return fmt.Errorf("exec %s over %s: %w (stderr %q)", strings.Join(cmd, " "), proto, err, stderr.String())

@@ -90,14 +90,24 @@ func RunLoad(ctx context.Context, concurrency int, d time.Duration, fn func(cont
 // order G D D G G D ..., so drift in machine load during the run falls on
 // both paths alike, and returns what each path did over all rounds.
 func Interleave(rounds int, gateway, direct func() Load) (gw, dr Load) {
+	loads := InterleaveAll(rounds, gateway, direct)
+	return loads[0], loads[1]
+}
+
+// InterleaveAll is Interleave for any number of paths: each round runs them
+// all, forwards in even rounds and backwards in odd ones (A B C, C B A, ...),
+// so no path is always first or always last after another. It returns what
+// each path did over all rounds, in the order of paths.
+func InterleaveAll(rounds int, paths ...func() Load) []Load {
+	out := make([]Load, len(paths))
 	for i := range rounds {
-		if i%2 == 0 {
-			gw.Add(gateway())
-			dr.Add(direct())
-		} else {
-			dr.Add(direct())
-			gw.Add(gateway())
+		for j := range paths {
+			k := j
+			if i%2 == 1 {
+				k = len(paths) - 1 - j
+			}
+			out[k].Add(paths[k]())
 		}
 	}
-	return gw, dr
+	return out
 }

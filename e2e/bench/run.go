@@ -20,6 +20,8 @@ type Section struct {
 var Sections = []Section{
 	{Name: "resolver", Run: (*Runner).Resolver},
 	{Name: "passthrough", NeedsEnv: true, Run: (*Runner).Passthrough},
+	{Name: "stream-setup", NeedsEnv: true, Run: (*Runner).StreamSetup},
+	{Name: "job-replay", NeedsEnv: true, Run: (*Runner).JobReplay},
 	{Name: "exec", NeedsEnv: true, Run: (*Runner).Exec},
 	{Name: "sessions", NeedsEnv: true, Run: (*Runner).Sessions},
 	{Name: "watch", NeedsEnv: true, Run: (*Runner).Watch},

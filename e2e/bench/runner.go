@@ -27,6 +27,8 @@ type Sizes struct {
 	Concurrency   []int         // passthrough concurrencies
 	ListPods      int           // pods returned by the LIST measurement
 	SetupSamples  int           // exec sessions timed for setup, per path
+	StreamSamples int           // `exec -- true` sessions per path, protocol and concurrency (stream-setup)
+	JobReplays    int           // GitLab-Runner-shaped jobs per path (job-replay)
 	ExecBytes     int64         // stdout bytes per exec transfer
 	ExecRounds    int           // transfers per path and protocol
 	StdinBytes    int64         // stdin bytes per exec transfer
@@ -46,7 +48,7 @@ type Sizes struct {
 // Quick checks that every measurement works, in about a minute.
 var Quick = Sizes{
 	Rounds: 2, RoundDuration: 500 * time.Millisecond, Concurrency: []int{1, 16, 64},
-	ListPods: 100, SetupSamples: 5, ExecBytes: 16 << 20, ExecRounds: 1, StdinBytes: 16 << 20,
+	ListPods: 100, SetupSamples: 5, StreamSamples: 8, JobReplays: 2, ExecBytes: 16 << 20, ExecRounds: 1, StdinBytes: 16 << 20,
 	Sessions: 20, HoldFor: 3 * time.Second, LogLines: 50, LogBytes: 4 << 20, MemberEvents: 50,
 	ResolverPods: []int{1000, 10000}, LabelerRates: []int{20, 100}, LabelerFor: time.Second,
 	ScalePods: []int{1000, 10000}, ScaleStreams: []int{10, 50}, ScaleHold: 2 * time.Second,
@@ -55,7 +57,7 @@ var Quick = Sizes{
 // Full is what docs/benchmarks.md reports.
 var Full = Sizes{
 	Rounds: 4, RoundDuration: 3 * time.Second, Concurrency: []int{1, 16, 64},
-	ListPods: 1000, SetupSamples: 40, ExecBytes: 1 << 30, ExecRounds: 1, StdinBytes: 256 << 20,
+	ListPods: 1000, SetupSamples: 40, StreamSamples: 96, JobReplays: 12, ExecBytes: 1 << 30, ExecRounds: 1, StdinBytes: 256 << 20,
 	Sessions: 200, HoldFor: 60 * time.Second, LogLines: 300, LogBytes: 64 << 20, MemberEvents: 500,
 	ResolverPods: []int{10000, 100000}, LabelerRates: []int{20, 100}, LabelerFor: 5 * time.Second,
 	ScalePods: []int{1000, 10000, 100000}, ScaleStreams: []int{10, 100, 1000}, ScaleHold: 15 * time.Second,
@@ -69,6 +71,7 @@ const (
 	shellPod      = "bench-shell"
 	logTickPod    = "bench-log-tick"
 	logBulkPod    = "bench-log-bulk"
+	jobPod        = "bench-job"
 	containerName = "main"
 )
 
@@ -160,10 +163,14 @@ func (r *Runner) Setup(ctx context.Context) error {
 		logTickPod: `i=0; while true; do echo "tick-$i"; i=$((i+1)); sleep 0.02; done`,
 		// A log of LogBytes/100 lines of 100 bytes, then quiet.
 		logBulkPod: fmt.Sprintf(`yes %s | head -n %d; while true; do sleep 1; done`, strings.Repeat("x", 99), r.Sizes.LogBytes/100),
+		// A GitLab Runner build container: boot lines for the log probe,
+		// then a shell reading job scripts from its stdin (attach strategy).
+		jobPod: `for i in $(seq 1 12); do echo "boot-$i"; done; exec sh`,
 	}
 	for name, script := range pods {
 		p := env.ShellPod(env.Namespace, name, script)
 		p.Labels = map[string]string{placedLabel: "true"}
+		p.Spec.Containers[0].Stdin = name == jobPod
 		if _, err := admin.CoreV1().Pods(env.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create pod %s: %w", name, err)
 		}

@@ -130,6 +130,11 @@ func TestInterleave(t *testing.T) {
 	if len(g.Latencies) != 4 || len(d.Latencies) != 4 || g.PerSecond() != 1 {
 		t.Errorf("gateway %+v, direct %+v: want 4 samples each over 4s", g, d)
 	}
+	order = nil
+	all := InterleaveAll(2, one("a"), one("b"), one("c"))
+	if got := strings.Join(order, ""); got != "abccba" || len(all) != 3 || len(all[2].Latencies) != 2 {
+		t.Errorf("InterleaveAll order %q and %d loads, want abccba and 3 loads of 2 samples", got, len(all))
+	}
 	if err := (Load{Errors: 3}).Err(); err == nil {
 		t.Error("a load with no success must be an error, not a figure")
 	}

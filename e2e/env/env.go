@@ -128,6 +128,9 @@ type GatewayOptions struct {
 	// sets it in DefaultOptions); GatewayDataRaces then finds its reports
 	// in the gateway's log.
 	Race bool
+	// CPUs, when set, pins the gateway to these CPUs (taskset -c syntax,
+	// e.g. "1"), so that a measurement can give it a core of its own.
+	CPUs string
 }
 
 // Env is a running topology. Methods are safe for concurrent use.

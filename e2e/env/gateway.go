@@ -97,7 +97,7 @@ func (e *Env) StartGateway(ctx context.Context, args ...string) error {
 		if err := e.writeGatewayKubeconfigs("https://" + hostPort(g.port)); err != nil {
 			return err
 		}
-		g.proc = &process{name: "gateway", path: e.gatewayBin, logPath: filepath.Join(e.logDir, "gateway.log")}
+		g.proc = &process{name: "gateway", path: e.gatewayBin, logPath: filepath.Join(e.logDir, "gateway.log"), cpus: e.opts.Gateway.CPUs}
 		e.gateway = g
 	}
 	g := e.gateway

@@ -25,6 +25,9 @@ type process struct {
 	// process runs in: nsenter enters it and execs path, so the pid, the
 	// process group and the signals are path's own.
 	netns string
+	// cpus, if set, pins the process to these CPUs: taskset execs path,
+	// so the pid is path's own as with netns.
+	cpus string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -53,6 +56,9 @@ func (p *process) start() error {
 	cmd := exec.Command(p.path, p.args...)
 	if p.netns != "" {
 		cmd = exec.Command("nsenter", append([]string{"--net=" + netnsPath(p.netns), "--", p.path}, p.args...)...)
+	}
+	if p.cpus != "" {
+		cmd = exec.Command("taskset", append([]string{"-c", p.cpus}, cmd.Args...)...)
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if p.env != nil {

@@ -237,6 +237,8 @@ type requestState struct {
 	authorized *identity.Caller
 	refusedBy  error
 	audit      *audit.Trail
+	// phases times an upgrade's setup for the debug log (nil unless V(4)).
+	phases *streamPhases
 }
 
 type stateKey struct{}
@@ -255,6 +257,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route: metrics.RoutePassthrough, upstreamName: upstream.Karmada,
 		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r), follow: isFollow(r),
 	}
+	state.phases = newStreamPhases(klog.FromContext(r.Context()), state.upgrade)
 	if p.auditor != nil {
 		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided)
 	}
@@ -310,6 +313,11 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
+		if state.upgrade {
+			// The upgrade will need a connection as the gateway: dial it
+			// while the caller is authorized (nothing is sent on it before).
+			p.upstream.WarmUp(true)
+		}
 		for _, rr := range identity.PodStreamRequests(r.Method, pr.Namespace, pr.Name, pr.Subresource) {
 			if logger, ok = p.authorizeAsGateway(w, r, rr, logger); !ok {
 				return
@@ -327,7 +335,9 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	resolved := state.phases.timeResolve()
 	cluster, err := p.resolvePod(ctx, pr.Namespace, pr.Name)
+	resolved()
 	if err != nil {
 		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
 		apiresponse.WriteStatus(w, err)
@@ -346,7 +356,9 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // any identity header of the client's. Otherwise it writes the Status and
 // returns false.
 func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
+	done := stateFrom(r.Context()).phases.timeCheck("authorization")
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
+	done()
 	stateFrom(r.Context()).authorizedBy(caller, err)
 	if err != nil {
 		logger.V(2).Info("Request not authorized", "err", err)
@@ -400,8 +412,15 @@ const maxCheckBodyBytes = 1 << 20
 // karmada-apiserver's own for this caller and is relayed as it came.
 // Nothing is cached: the cache would have to be keyed on credentials.
 func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resource, namespace, name string) bool {
-	if !p.holdStream(w, r, stateFrom(r.Context())) { // a refused stream sends nothing upstream, the check included
+	state := stateFrom(r.Context())
+	if !p.holdStream(w, r, state) { // a refused stream sends nothing upstream, the check included
 		return false
+	}
+	if state.upgrade {
+		// The upgrade will need a new connection: dial it while
+		// karmada-apiserver judges the caller. Nothing is sent on it
+		// before the check allowed the request.
+		p.upstream.WarmUp(false)
 	}
 	edit, err := identity.PlainRequestHeader(r.Header)
 	if err != nil {
@@ -411,7 +430,9 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
+	done := state.phases.timeCheck("admission")
 	res, err := p.getAccepting(r.Context(), r, upstreamIdentity{editHeader: edit}, path, partialObjectMetadataJSON)
+	done()
 	if err != nil {
 		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s %s/%s: %w", resource, namespace, name, err))
 		return false
@@ -512,7 +533,16 @@ func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	if state.follow {
 		return rt.RoundTrip(req)
 	}
-	return upstream.RoundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
+	if state.phases == nil {
+		return upstream.RoundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
+	}
+	res, err := upstream.RoundTripWithin(rt, state.phases.withTrace(req), p.headerTimeout, state.upstreamName)
+	code := 0
+	if err == nil {
+		code = res.StatusCode
+	}
+	state.phases.log(klog.FromContext(req.Context()).WithValues("upstream", state.upstreamName), code)
+	return res, err
 }
 
 // copyBufferSize is ReverseProxy's own default, the size io.Copy uses.

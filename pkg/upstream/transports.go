@@ -28,6 +28,20 @@ type Transports struct {
 	Gateway, GatewayUpgrade http.RoundTripper
 
 	transports []*http.Transport
+	// callerWarm and gatewayWarm dial ahead for the upgrade transports
+	// (nil where they cannot apply; see warmDialer).
+	callerWarm, gatewayWarm *warmDialer
+}
+
+// WarmUp has the upgrade transport of the identity dial a connection ahead
+// for an upgrade request that just arrived, so that its dial and handshake
+// run while the request is checked.
+func (u *Transports) WarmUp(gatewayIdentity bool) {
+	if gatewayIdentity {
+		u.gatewayWarm.warmUp()
+	} else {
+		u.callerWarm.warmUp()
+	}
 }
 
 // For is the transport for a request sent with the gateway's identity or
@@ -50,6 +64,8 @@ func (u *Transports) CloseIdleConnections() {
 	for _, t := range u.transports {
 		t.CloseIdleConnections()
 	}
+	u.callerWarm.close()
+	u.gatewayWarm.close()
 }
 
 // New builds the four transports to the server cfg names; cfg's
@@ -94,12 +110,23 @@ func New(cfg *rest.Config) (*Transports, error) {
 		u.transports = append(u.transports, t)
 		return t
 	}
+	// Upgrade transports take connections dialed ahead (warmDialer).
+	newUpgradeTransport := func(tlsConfig *tls.Config) (*http.Transport, *warmDialer) {
+		t := newTransport(tlsConfig, false)
+		w := newWarmDialer(base, t.TLSClientConfig, proxy, dial)
+		if w != nil {
+			t.DialTLSContext = w.DialTLSContext
+		}
+		return t, w
+	}
 	u.Caller = newTransport(callerTLS, true)
-	u.CallerUpgrade = newTransport(callerTLS, false)
+	u.CallerUpgrade, u.callerWarm = newUpgradeTransport(callerTLS)
 	if u.Gateway, err = rest.HTTPWrappersForConfig(cfg, newTransport(gatewayTLS, true)); err != nil {
 		return nil, fmt.Errorf("gateway transport: %w", err)
 	}
-	if u.GatewayUpgrade, err = rest.HTTPWrappersForConfig(cfg, newTransport(gatewayTLS, false)); err != nil {
+	gatewayUpgrade, gatewayWarm := newUpgradeTransport(gatewayTLS)
+	u.gatewayWarm = gatewayWarm
+	if u.GatewayUpgrade, err = rest.HTTPWrappersForConfig(cfg, gatewayUpgrade); err != nil {
 		return nil, fmt.Errorf("gateway upgrade transport: %w", err)
 	}
 	return u, nil
@@ -124,6 +151,14 @@ func newHTTPTransport(tlsConfig *tls.Config, proxy func(*http.Request) (*url.URL
 	var tc *tls.Config
 	if tlsConfig != nil {
 		tc = tlsConfig.Clone()
+		if tc.ClientSessionCache == nil {
+			// Resumed handshakes skip the certificate exchange: new
+			// connections, and every upgrade needs one, cost less (#27). A
+			// resumed session is the identity of its first handshake, which
+			// is this transport's own (none, or the gateway's); Go's server
+			// does not resume past that certificate's expiry.
+			tc.ClientSessionCache = tls.NewLRUClientSessionCache(tlsSessionCacheSize)
+		}
 	}
 	t := &http.Transport{
 		Proxy:               proxy,

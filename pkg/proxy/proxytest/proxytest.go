@@ -8,12 +8,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -243,4 +246,59 @@ func (u *RecordingUpstream) Requests() []Recorded {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]Recorded(nil), u.reqs...)
+}
+
+// ConnCounter counts an httptest server's new connections and lets a test
+// wait for the next one.
+type ConnCounter struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	more  chan struct{}
+}
+
+func NewConnCounter(srv *httptest.Server) *ConnCounter {
+	c := &ConnCounter{more: make(chan struct{})}
+	srv.Config.ConnState = func(conn net.Conn, s http.ConnState) {
+		if s != http.StateNew {
+			return
+		}
+		c.mu.Lock()
+		c.conns = append(c.conns, conn)
+		close(c.more)
+		c.more = make(chan struct{})
+		c.mu.Unlock()
+	}
+	return c
+}
+
+func (c *ConnCounter) Count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.conns)
+}
+
+// WaitBeyond waits until more than n connections were accepted, or d passed.
+func (c *ConnCounter) WaitBeyond(n int, d time.Duration) bool {
+	deadline := time.After(d)
+	for {
+		c.mu.Lock()
+		got, more := len(c.conns), c.more
+		c.mu.Unlock()
+		if got > n {
+			return true
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// CloseLast closes the connection accepted last, as a server that drops
+// it would.
+func (c *ConnCounter) CloseLast() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.conns[len(c.conns)-1].Close()
 }
