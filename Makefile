@@ -101,8 +101,13 @@ prometheus:
 asciinema:
 	@command -v asciinema >/dev/null || hack/install-debian.sh asciinema
 
-## test: the whole suite — unit tests of both modules, then the real e2e environment.
-test: vet unit e2e
+## test: the whole suite — unit tests of both modules beside the real e2e
+## environment. The e2e shards spend most of their time waiting on Karmada and
+## the kubelets, so the unit tests run at the same time; everything they need
+## is installed first, so the two never run apt-get at once. Each one's output
+## is printed when it ends.
+test: vet tools ca-certificates
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e
 
 vet:
 	$(GO) vet ./...
@@ -112,8 +117,11 @@ unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 	$(GO) test -race -count=1 ./...
 	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 
+## e2e: the real end-to-end suite, the tests that start environments of
+## their own each in a test process beside the shared environment's
+## (hack/e2e.sh; E2E_SHARDS=1 for one process).
 e2e: tools
-	cd e2e && $(GO) test -count=1 -timeout 50m -v .
+	GO=$(GO) hack/e2e.sh
 
 ## e2e-hung: TestHungDependencies alone (SIGSTOP on karmada-apiserver, the
 ## aggregated apiserver, a member's apiserver and etcd, one after the other in

@@ -58,11 +58,26 @@ func run(m *testing.M) int {
 	return code
 }
 
+// ownEnvironmentTests start an environment of their own: hack/e2e.sh runs
+// them in test processes of their own, which need no shared environment.
+// The Pull member tests make theirs testEnv while they run.
+var ownEnvironmentTests = map[string]bool{
+	"TestPullMember":                     true,
+	"TestPullMemberSOCKS5":               true,
+	"TestHungDependencies":               true,
+	"TestReadmeHelmInstallOnHostCluster": true,
+}
+
 // ownEnvironmentOnly reports whether the -run pattern selects only
-// TestPullMember, which starts an environment of its own and makes it
-// testEnv while it runs, or TestHungDependencies, which starts its own.
+// ownEnvironmentTests: a name, ^Name$, or ^(A|B)$.
 func ownEnvironmentOnly(run string) bool {
 	top, _, _ := strings.Cut(run, "/")
 	top = strings.TrimSuffix(strings.TrimPrefix(top, "^"), "$")
-	return top == "TestPullMember" || top == "TestHungDependencies"
+	top = strings.TrimSuffix(strings.TrimPrefix(top, "("), ")")
+	for _, name := range strings.Split(top, "|") {
+		if !ownEnvironmentTests[name] {
+			return false
+		}
+	}
+	return true
 }

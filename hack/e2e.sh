@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs the e2e suite (make e2e) as concurrent shards of one test binary.
+#
+# Most tests share one environment that TestMain starts; they run one after
+# another, then the parallel ones together. A few tests start environments of
+# their own and spend minutes waiting on Karmada and the kubelets, not on the
+# CPU: the Pull members (TestPullMember, which also swaps the shared
+# environment for its own while it runs, so it cannot share a process) and
+# the Helm install on a host cluster. Each of those runs in a test process
+# of its own, started at the same time as the shared one, so the suite takes
+# as long as its longest shard instead of the sum.
+#
+# Each shard's -v output goes to _output/e2e/<shard>.log and is printed when
+# the shard ends; the run fails if any shard fails. E2E_SHARDS=1 runs the
+# whole suite in one process, as `go test -v .` in e2e/ does.
+set -euo pipefail
+GO=${GO:-go}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/_output/e2e"
+mkdir -p "$out"
+rm -f "$out"/*.log "$out"/*.rc
+
+# The tests that start an environment of their own (e2e/main_test.go's
+# ownEnvironmentTests), in shards named before the colon: a shard runs its
+# tests one after another, and TestMain starts no shared environment for it.
+# The two Pull member tests share one shard so that only one Pull member's
+# environment runs at a time.
+own=(
+	'pull:TestPullMember|TestPullMemberSOCKS5'
+	helm:TestReadmeHelmInstallOnHostCluster
+	hung:TestHungDependencies
+)
+
+cd "$root/e2e"
+"$GO" test -c -o "$out/e2e.test" .
+
+declare -A pids
+# A shard left behind would keep its environment: an interrupted run takes
+# them down (their parts follow through Pdeathsig).
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+shard() {
+	local name=$1
+	shift
+	# go test runs a package's tests in the package's directory: so does this.
+	"$out/e2e.test" -test.v -test.count=1 -test.timeout=50m "$@" >"$out/$name.log" 2>&1 &
+	pids[$name]=$!
+}
+
+start=$(date +%s)
+if [[ ${E2E_SHARDS:-} == 1 ]]; then
+	shard all
+else
+	skip=()
+	for s in "${own[@]}"; do
+		tests=${s#*:}
+		shard "${s%%:*}" -test.run "^($tests)\$"
+		skip+=("$tests")
+	done
+	shard shared -test.skip "^($(IFS='|'; echo "${skip[*]}"))\$"
+fi
+
+failed=()
+# Reported in the order they end, so a failure is visible before the
+# slower shards finish.
+while ((${#pids[@]} > 0)); do
+	set +e
+	wait -n -p ended "${pids[@]}"
+	rc=$?
+	set -e
+	for name in "${!pids[@]}"; do
+		[[ ${pids[$name]} == "$ended" ]] || continue
+		unset "pids[$name]"
+		echo "===== e2e shard $name: exit $rc after $(($(date +%s) - start))s ($out/$name.log) ====="
+		cat "$out/$name.log"
+		((rc == 0)) || failed+=("$name")
+	done
+done
+if ((${#failed[@]} > 0)); then
+	echo "e2e: shards failed: ${failed[*]}"
+	exit 1
+fi
+echo "e2e: every shard passed in $(($(date +%s) - start))s"
