@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
@@ -143,6 +145,7 @@ func TestUpgradeConnectionIsDialedDuringAdmissionAndResumed(t *testing.T) {
 	mu.Lock()
 	refuse = true
 	mu.Unlock()
+	beforeRefusal := conns.Count()
 	if res := exec(); res.StatusCode != http.StatusForbidden {
 		t.Fatalf("refused caller: %s, want 403", res.Status)
 	}
@@ -152,6 +155,16 @@ func TestUpgradeConnectionIsDialedDuringAdmissionAndResumed(t *testing.T) {
 	mu.Lock()
 	refuse, noDial = false, true
 	mu.Unlock()
+	// The refusal may answer before the dial it started is done.
+	if !conns.WaitBeyond(beforeRefusal, 10*time.Second) {
+		t.Fatal("no connection was dialed during the refused check")
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return p.upstream.ReadyAhead(false) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the connection dialed during the refused check is not ready: %v", err)
+	}
 	afterRefusal := conns.Count()
 	if res := exec(); res.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade after a refusal: %s", res.Status)

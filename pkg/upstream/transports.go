@@ -59,6 +59,15 @@ func (u *Transports) For(gatewayIdentity, upgrade bool) http.RoundTripper {
 	}
 }
 
+// ReadyAhead is how many connections dialed ahead for the identity's
+// upgrade transport wait to be taken.
+func (u *Transports) ReadyAhead(gatewayIdentity bool) int {
+	if gatewayIdentity {
+		return u.gatewayWarm.readyCount()
+	}
+	return u.callerWarm.readyCount()
+}
+
 // CloseIdleConnections closes the idle connections of all four.
 func (u *Transports) CloseIdleConnections() {
 	for _, t := range u.transports {

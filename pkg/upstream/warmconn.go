@@ -243,6 +243,16 @@ func (w *warmDialer) pruneLocked() {
 	w.idle = kept
 }
 
+// readyCount is how many dialed connections wait to be taken.
+func (w *warmDialer) readyCount() int {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.idle)
+}
+
 // close closes the connections dialed ahead and stops dialing more.
 func (w *warmDialer) close() {
 	if w == nil {
