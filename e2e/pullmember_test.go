@@ -408,7 +408,7 @@ func caPool(t *testing.T, e *env.Env) *x509.CertPool {
 // it. An exec and a `logs -f` through the gateway work; with the proxy
 // killed the follow ends with an error and a new exec gets the gateway's
 // 503 naming the cluster proxy and the member with Karmada's SOCKS error
-// (reportMemberUnreachable must know Karmada's "socks connect" wording:
+// (upstream.ReportMemberUnreachable must know Karmada's "socks connect" wording:
 // without it the exec's error names no cluster); with the proxy back execs
 // work again through the same gateway.
 func TestPullMemberSOCKS5(t *testing.T) {

@@ -60,7 +60,7 @@
 //     rewritten pods/log follow that upstream ends cleanly is checked
 //     against the member's pod for Options.LogEndWindow, and aborted when
 //     the container still runs.
-//   - Members out of reach (memberunreachable.go): Karmada's cluster proxy
+//   - Members out of reach (pkg/upstream): Karmada's cluster proxy
 //     answers its own failure to reach a member (a Pull member's
 //     spec.proxyURL proxy down) with the bare Go error as a 500 Status
 //     naming no cluster; the gateway answers 503 naming the cluster proxy

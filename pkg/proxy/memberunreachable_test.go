@@ -17,8 +17,8 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
-// TestMemberUnreachableReported covers reportMemberUnreachable: Karmada's
-// cluster proxy answers its own failure to reach a member (a Pull member's
+// TestMemberUnreachableReported covers upstream.ReportMemberUnreachable as
+// the proxy applies it: Karmada's cluster proxy answers its own failure to reach a member (a Pull member's
 // spec.proxyURL proxy down, as TestPullMember kills it) with a bare Go
 // error naming no cluster; the gateway answers 503 naming the cluster proxy
 // and the member, the original message kept. The member's own errors, and
@@ -145,7 +145,7 @@ func TestMemberUnreachableReported(t *testing.T) {
 // TestMemberUnreachableLongBody: an error body too long for a Status is
 // relayed whole, never cut at the bound the gateway reads to.
 func TestMemberUnreachableLongBody(t *testing.T) {
-	long := bytes.Repeat([]byte("x"), maxProxyErrorBytes+100)
+	long := bytes.Repeat([]byte("x"), 64<<10+100) // past what upstream.ReportMemberUnreachable reads
 	upstream := httptest.NewServer(proxytest.Admitting(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -238,7 +238,7 @@ type requestState struct {
 	refusedBy  error
 	audit      *audit.Trail
 	// phases times an upgrade's setup for the debug log (nil unless V(4)).
-	phases *streamPhases
+	phases *upstream.Phases
 }
 
 type stateKey struct{}
@@ -257,7 +257,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route: metrics.RoutePassthrough, upstreamName: upstream.Karmada,
 		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r), follow: isFollow(r),
 	}
-	state.phases = newStreamPhases(klog.FromContext(r.Context()), state.upgrade)
+	state.phases = upstream.NewPhases(klog.FromContext(r.Context()), state.upgrade)
 	if p.auditor != nil {
 		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided)
 	}
@@ -335,7 +335,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	resolved := state.phases.timeResolve()
+	resolved := state.phases.TimeResolve()
 	cluster, err := p.resolvePod(ctx, pr.Namespace, pr.Name)
 	resolved()
 	if err != nil {
@@ -356,7 +356,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // any identity header of the client's. Otherwise it writes the Status and
 // returns false.
 func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
-	done := stateFrom(r.Context()).phases.timeCheck("authorization")
+	done := stateFrom(r.Context()).phases.TimeCheck("authorization")
 	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
 	done()
 	stateFrom(r.Context()).authorizedBy(caller, err)
@@ -430,7 +430,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
-	done := state.phases.timeCheck("admission")
+	done := state.phases.TimeCheck("admission")
 	res, err := p.getAccepting(r.Context(), r, upstreamIdentity{editHeader: edit}, path, partialObjectMetadataJSON)
 	done()
 	if err != nil {
@@ -536,12 +536,12 @@ func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	if state.phases == nil {
 		return upstream.RoundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
 	}
-	res, err := upstream.RoundTripWithin(rt, state.phases.withTrace(req), p.headerTimeout, state.upstreamName)
+	res, err := upstream.RoundTripWithin(rt, state.phases.WithTrace(req), p.headerTimeout, state.upstreamName)
 	code := 0
 	if err == nil {
 		code = res.StatusCode
 	}
-	state.phases.log(klog.FromContext(req.Context()).WithValues("upstream", state.upstreamName), code)
+	state.phases.Log(klog.FromContext(req.Context()).WithValues("upstream", state.upstreamName), code)
 	return res, err
 }
 
@@ -575,7 +575,8 @@ var errUpgradeMismatch = errors.New("upstream switched to another protocol than 
 // whose cut a member can make look like their end watched: SPDY exec and
 // attach for their exit status (streamfollow.Stream), log follows for their
 // container's end (streamfollow.FollowedLog). A cluster proxy's own failure
-// to reach its member is reported naming them (reportMemberUnreachable).
+// to reach its member is reported naming them
+// (upstream.ReportMemberUnreachable).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	requested := upgradeType(res.Request.Header)
 	if res.StatusCode == http.StatusSwitchingProtocols {
@@ -587,8 +588,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	if requested != "" {
 		res.Header.Set("Connection", "close")
 	}
-	if err := reportMemberUnreachable(res, stateFrom(res.Request.Context())); err != nil {
-		return err
+	if state := stateFrom(res.Request.Context()); state != nil {
+		if err := upstream.ReportMemberUnreachable(res, state.cluster, podSubresourceRoute(state.route)); err != nil {
+			return err
+		}
 	}
 	if res.StatusCode == http.StatusOK {
 		p.watchLogFollow(res)
@@ -683,4 +686,14 @@ type klogWriter struct{}
 func (klogWriter) Write(b []byte) (int, error) {
 	klog.Background().V(2).Info("Reverse proxy", "msg", strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// podSubresourceRoute: route is a pod's exec, attach, log or portforward,
+// which a member's kube-apiserver answers with a Status when it fails.
+func podSubresourceRoute(route string) bool {
+	switch route {
+	case metrics.RouteExec, metrics.RouteAttach, metrics.RouteLog, metrics.RoutePortForward:
+		return true
+	}
+	return false
 }

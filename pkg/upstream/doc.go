@@ -1,6 +1,8 @@
 // Package upstream is how the gateway reaches karmada-apiserver, and
 // through it each member's cluster proxy: the transports requests go out
-// on and the deadline on their answer.
+// on, the deadline on their answer, what an answer means when the cluster
+// proxy could not reach its member, and where an upgrade's setup spends
+// its time.
 //
 //   - Transports (transports.go): "caller" carries the client's own
 //     credentials (TLS built from the upstream config with every credential
@@ -14,6 +16,15 @@
 //     silent container can go without one. A hung upstream yields a
 //     *TimeoutError naming what hung (NameOf, ClusterProxyName), which
 //     pkg/proxy answers with a 504 Status.
+//   - Connections dialed ahead (warmconn.go): an upgrade cannot reuse a
+//     connection, so WarmUp dials one (TCP and TLS, no request) while the
+//     upgrade is checked; every transport resumes TLS sessions.
+//   - Members out of reach (memberunreachable.go): the cluster proxy's own
+//     failure to reach a member (a Pull member's spec.proxyURL proxy down)
+//     comes as a bare Go error in a 500 naming no cluster;
+//     ReportMemberUnreachable turns it into a 503 naming the member.
+//   - Phases (phases.go): one V(4) line per upgrade with the time of its
+//     check, resolve, connection, TLS handshake and upstream answer.
 //
 // pkg/proxy decides which transport and deadline each request gets; this
 // package knows nothing of routes or identities.

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"bytes"
@@ -13,9 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
-
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
 )
 
 // Karmada's cluster proxy relays the member apiserver's answers, its errors
@@ -24,7 +21,7 @@ import (
 // connections, a TLS failure) with the bare Go error as a 500 Status:
 // "dial tcp 198.18.2.2:37101: connect: connection refused", naming no
 // cluster, while the Cluster stays Ready (a Pull member's agent probes its
-// apiserver from inside). reportMemberUnreachable turns that answer into a
+// apiserver from inside). ReportMemberUnreachable turns that answer into a
 // 503 naming the cluster proxy and the member, the original message kept,
 // as the gateway names the cluster proxy when it cannot reach it itself.
 
@@ -57,7 +54,7 @@ var dialErrorPrefixes = []string{
 }
 
 // memberUnreachable reports whether an answer of code with body (of
-// contentType), to a request sent through a cluster proxy on route, is the
+// contentType), to a request sent through a cluster proxy, is the
 // cluster proxy's own failure to reach the member, and the message it
 // carried. It is when the answer is
 //   - a Status of reason Unknown (what an apiserver makes of a Go error;
@@ -73,7 +70,7 @@ var dialErrorPrefixes = []string{
 // Everything else, the member's 403, 404, 500 "error dialing backend"
 // included, and whatever a pod answers on pods/proxy, is the member's and
 // relayed as it came.
-func memberUnreachable(route string, code int, contentType string, body []byte) (string, bool) {
+func memberUnreachable(podSubresource bool, code int, contentType string, body []byte) (string, bool) {
 	switch code {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable:
 	default:
@@ -85,18 +82,14 @@ func memberUnreachable(route string, code int, contentType string, body []byte) 
 		}
 		return st.Message, true
 	}
-	switch route {
-	case metrics.RouteExec, metrics.RouteAttach, metrics.RouteLog, metrics.RoutePortForward:
-		if code == http.StatusInternalServerError {
-			return "", false
-		}
-		msg := strings.TrimSpace(string(body))
-		if msg == "" {
-			msg = http.StatusText(code)
-		}
-		return fmt.Sprintf("HTTP %d: %s", code, msg), true
+	if !podSubresource || code == http.StatusInternalServerError {
+		return "", false
 	}
-	return "", false
+	msg := strings.TrimSpace(string(body))
+	if msg == "" {
+		msg = http.StatusText(code)
+	}
+	return fmt.Sprintf("HTTP %d: %s", code, msg), true
 }
 
 // decodeStatus decodes body as a Status in JSON or protobuf, as the client's
@@ -130,13 +123,14 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
-// reportMemberUnreachable replaces res, an error answer to a request sent
-// through the cluster proxy of state.cluster, by a 503 ServiceUnavailable
-// Status naming the cluster proxy and the member when memberUnreachable
-// says it is the cluster proxy's own failure. Other answers are relayed
-// unchanged (their body as read so far, then the rest).
-func reportMemberUnreachable(res *http.Response, state *requestState) error {
-	if state == nil || state.cluster == "" || res.StatusCode < 500 || res.Header.Get("Content-Encoding") != "" {
+// ReportMemberUnreachable replaces res, an error answer to a request sent
+// through the cluster proxy of cluster, by a 503 ServiceUnavailable Status
+// naming the cluster proxy and the member when memberUnreachable says it is
+// the cluster proxy's own failure. podSubresource: the request was a pod's
+// exec, attach, log or portforward. Other answers are relayed unchanged
+// (their body as read so far, then the rest).
+func ReportMemberUnreachable(res *http.Response, cluster string, podSubresource bool) error {
+	if cluster == "" || res.StatusCode < 500 || res.Header.Get("Content-Encoding") != "" {
 		return nil
 	}
 	body, err := io.ReadAll(io.LimitReader(res.Body, maxProxyErrorBytes+1))
@@ -146,7 +140,7 @@ func reportMemberUnreachable(res *http.Response, state *requestState) error {
 		return nil
 	}
 	res.Body.Close()
-	msg, ok := memberUnreachable(state.route, res.StatusCode, res.Header.Get("Content-Type"), body)
+	msg, ok := memberUnreachable(podSubresource, res.StatusCode, res.Header.Get("Content-Type"), body)
 	if !ok {
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		return nil
@@ -154,13 +148,13 @@ func reportMemberUnreachable(res *http.Response, state *requestState) error {
 	if len(msg) > maxReportedMessage {
 		msg = msg[:maxReportedMessage] + "..."
 	}
-	klog.FromContext(res.Request.Context()).Info("Cluster proxy could not reach the member", "cluster", state.cluster, "route", state.route, "code", res.StatusCode, "err", msg)
+	klog.FromContext(res.Request.Context()).Info("Cluster proxy could not reach the member", "cluster", cluster, "code", res.StatusCode, "err", msg)
 	st := metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure,
 		Code:     http.StatusServiceUnavailable,
 		Reason:   metav1.StatusReasonServiceUnavailable,
-		Message:  fmt.Sprintf("%s could not reach member cluster %q: %s", upstream.ClusterProxyName(state.cluster), state.cluster, msg),
+		Message:  fmt.Sprintf("%s could not reach member cluster %q: %s", ClusterProxyName(cluster), cluster, msg),
 	}
 	out, err := json.Marshal(st)
 	if err != nil {

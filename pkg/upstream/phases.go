@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"crypto/tls"
@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
 )
 
-// streamPhases times where opening an upgraded stream (exec, attach,
+// Phases times where opening an upgraded stream (exec, attach,
 // port-forward) spends its time, for one debug line (V(4)) per upgrade once
 // the upstream answered: the check before anything goes upstream (the
 // passthrough admission GET, or authorize mode's authorization), resolving
@@ -21,9 +19,9 @@ import (
 // connection to karmada-apiserver (a warm one, or a dial with its TLS
 // handshake, resumed or full), and the upstream's time to its answer.
 // These are the phases issue #27 measured from outside; the log line says
-// which one grew. A nil *streamPhases records nothing, so callers need not
+// which one grew. A nil *Phases records nothing, so callers need not
 // check whether debug logging is on.
-type streamPhases struct {
+type Phases struct {
 	mu    sync.Mutex
 	start time.Time
 	check time.Duration
@@ -35,18 +33,18 @@ type streamPhases struct {
 	reused, resumed, warm                                 bool
 }
 
-// newStreamPhases starts timing an upgrade request when logger logs at
+// NewPhases starts timing an upgrade request when logger logs at
 // V(4); otherwise it returns nil and nothing is timed.
-func newStreamPhases(logger klog.Logger, upgrade bool) *streamPhases {
+func NewPhases(logger klog.Logger, upgrade bool) *Phases {
 	if !upgrade || !logger.V(4).Enabled() {
 		return nil
 	}
-	return &streamPhases{start: time.Now()}
+	return &Phases{start: time.Now()}
 }
 
-// timeCheck starts timing the check named name; call the returned func
+// TimeCheck starts timing the check named name; call the returned func
 // when it is over.
-func (s *streamPhases) timeCheck(name string) func() {
+func (s *Phases) TimeCheck(name string) func() {
 	if s == nil {
 		return func() {}
 	}
@@ -59,9 +57,9 @@ func (s *streamPhases) timeCheck(name string) func() {
 	}
 }
 
-// timeResolve starts timing the Resolver; call the returned func when it
+// TimeResolve starts timing the Resolver; call the returned func when it
 // answered.
-func (s *streamPhases) timeResolve() func() {
+func (s *Phases) TimeResolve() func() {
 	if s == nil {
 		return func() {}
 	}
@@ -73,14 +71,14 @@ func (s *streamPhases) timeResolve() func() {
 	}
 }
 
-func (s *streamPhases) mark(t *time.Time) {
+func (s *Phases) mark(t *time.Time) {
 	s.mu.Lock()
 	*t = time.Now()
 	s.mu.Unlock()
 }
 
-// withTrace returns req traced into s.
-func (s *streamPhases) withTrace(req *http.Request) *http.Request {
+// WithTrace returns req traced into s.
+func (s *Phases) WithTrace(req *http.Request) *http.Request {
 	if s == nil {
 		return req
 	}
@@ -102,16 +100,16 @@ func (s *streamPhases) withTrace(req *http.Request) *http.Request {
 		WroteRequest:         func(httptrace.WroteRequestInfo) { s.mark(&s.wrote) },
 		GotFirstResponseByte: func() { s.mark(&s.firstByte) },
 	}
-	return req.WithContext(upstream.WithWarmSignal(httptrace.WithClientTrace(req.Context(), trace), func() {
+	return req.WithContext(WithWarmSignal(httptrace.WithClientTrace(req.Context(), trace), func() {
 		s.mu.Lock()
 		s.warm = true
 		s.mu.Unlock()
 	}))
 }
 
-// log writes the phases as one line, once the upstream answered with code
+// Log writes the phases as one line, once the upstream answered with code
 // (0: it did not).
-func (s *streamPhases) log(logger klog.Logger, code int) {
+func (s *Phases) Log(logger klog.Logger, code int) {
 	if s == nil {
 		return
 	}
