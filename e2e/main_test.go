@@ -60,10 +60,9 @@ func run(m *testing.M) int {
 
 // ownEnvironmentTests start an environment of their own: hack/e2e.sh runs
 // them in test processes of their own, which need no shared environment.
-// The Pull member tests make theirs testEnv while they run.
+// TestPullMember makes its own testEnv while it runs.
 var ownEnvironmentTests = map[string]bool{
 	"TestPullMember":                     true,
-	"TestPullMemberSOCKS5":               true,
 	"TestHungDependencies":               true,
 	"TestReadmeHelmInstallOnHostCluster": true,
 }

@@ -28,18 +28,25 @@ import (
 // pullMembers are the members of TestPullMember's environment, both joined
 // in Pull mode: the package's route tests place their pods on member1 or
 // member2 by name and compare with clusters/<member>/proxy, so they run
-// unchanged against Pull-mode members. The faults break pullMember.
+// unchanged against Pull-mode members. pullMember is behind an HTTP CONNECT
+// proxy and socksMember behind a SOCKS5 one, the two kinds of
+// spec.proxyURL Karmada's cluster proxy dials, so every route goes through
+// both. The faults break pullMember's agent and each member's proxy.
 var pullMembers = []string{"member1", "member2"}
 
-const pullMember = "member1"
+const (
+	pullMember  = "member1"
+	socksMember = "member2"
+)
 
 // TestPullMember runs the gateway against a Pull-mode member as a user's
 // edge cluster is: member1 and member2 each joined by a real karmada-agent
 // (built from Karmada's source at the pinned commit, started with
 // `karmadactl register`'s flags), each with its kube-apiserver, kubelet,
 // containerd and agent in a network namespace of its own, reachable from
-// the control plane only through Debian's tinyproxy named by its Cluster's
-// spec.proxyURL.
+// the control plane only through the proxy named by its Cluster's
+// spec.proxyURL: Debian's tinyproxy (HTTP CONNECT) for member1, Debian's
+// Dante server (SOCKS5) for member2.
 //
 // It starts an environment of its own and, while it runs, makes it the
 // package's testEnv: it is not parallel, so the package's parallel tests
@@ -51,11 +58,17 @@ func TestPullMember(t *testing.T) {
 		Gateway:     env.GatewayOptions{Enabled: true},
 		Members:     pullMembers,
 		PullMembers: pullMembers,
+		PullProxies: map[string]string{socksMember: "socks5"},
 		KeepWorkDir: os.Getenv("E2E_KEEP") != "",
 	})
 	shared := testEnv
 	testEnv = pe
 	t.Cleanup(func() { testEnv = shared })
+	for m, scheme := range map[string]string{pullMember: "http", socksMember: "socks5"} {
+		if u := pe.ProxyURL(m); u.Scheme != scheme {
+			t.Fatalf("%s's proxyURL %s, want a %s one", m, u, scheme)
+		}
+	}
 
 	t.Run("only the proxy reaches the member", testPullOnlyThroughProxy)
 
@@ -187,14 +200,15 @@ func onlyThroughProxy(t *testing.T, pullMember string) {
 // testPullFaults breaks what is Pull mode's own: the agent (Karmada stops
 // hearing from the member: the Cluster goes not Ready, the gateway answers
 // 503 naming the member once Karmada says so, the other member keeps
-// serving) and the proxy (every tunnel through it is cut under open streams,
-// which end with an error naming the member as for a killed kubelet). Both
-// come back and new streams work through the same gateway process.
+// serving) and the proxies, HTTP CONNECT then SOCKS5 (every tunnel through
+// one is cut under open streams, which end with an error naming the member
+// as for a killed kubelet). All come back and new streams work through the
+// same gateway process.
 func testPullFaults(t *testing.T) {
 	dumpLogsOnFailure(t)
 	const pod, other = "pull-ticker", "pull-other"
 	placePod(t, env.ShellPod(env.Namespace, pod, tickerScript), []string{pullMember}, pullMember)
-	placePod(t, sleepPod(other), []string{"member2"}, "member2")
+	placePod(t, sleepPod(other), []string{socksMember}, socksMember)
 	gatewayPID := testEnv.GatewayPID()
 
 	t.Run("agent stopped: 503 naming the member once Karmada says it is not Ready", func(t *testing.T) {
@@ -345,6 +359,10 @@ func testPullFaults(t *testing.T) {
 		}
 	})
 
+	t.Run("SOCKS5 proxy killed: logs -f ends with an error, a new exec gets a 503 naming the member", func(t *testing.T) {
+		testSOCKSProxyKilled(t, pod)
+	})
+
 	if got := testEnv.GatewayPID(); got != gatewayPID {
 		t.Errorf("the gateway process changed (pid %d, now %d): the faults must heal without a restart", gatewayPID, got)
 	}
@@ -401,80 +419,51 @@ func caPool(t *testing.T, e *env.Env) *x509.CertPool {
 	return p
 }
 
-// TestPullMemberSOCKS5 reaches a Pull member through a SOCKS5 proxy, the
-// other kind of spec.proxyURL Karmada's cluster proxy dials (x/net/proxy for
-// upgrades, net/http's SOCKS5 for plain requests): Debian's Dante server
-// instead of tinyproxy, the member's apiserver still reachable only through
-// it. An exec and a `logs -f` through the gateway work; with the proxy
-// killed the follow ends with an error and a new exec gets the gateway's
-// 503 naming the cluster proxy and the member with Karmada's SOCKS error
-// (upstream.ReportMemberUnreachable must know Karmada's "socks connect" wording:
-// without it the exec's error names no cluster); with the proxy back execs
-// work again through the same gateway.
-func TestPullMemberSOCKS5(t *testing.T) {
-	pe := env.StartForTest(t, env.Options{
-		Gateway:     env.GatewayOptions{Enabled: true},
-		Members:     []string{pullMember},
-		PullMembers: []string{pullMember},
-		PullProxy:   "socks5",
-		KeepWorkDir: os.Getenv("E2E_KEEP") != "",
-	})
-	shared := testEnv
-	testEnv = pe
-	t.Cleanup(func() { testEnv = shared })
-	dumpLogsOnFailure(t)
-	if u := pe.ProxyURL(pullMember); u.Scheme != "socks5" {
-		t.Fatalf("proxyURL %s, want a socks5 one", u)
-	}
-	t.Run("only the proxy reaches the member", func(t *testing.T) { onlyThroughProxy(t, pullMember) })
+// testSOCKSProxyKilled kills socksMember's SOCKS5 proxy (Debian's Dante
+// server) under a `logs -f` through the gateway: the follow ends with an
+// error, and a new exec gets the gateway's 503 naming the cluster proxy and
+// the member with Karmada's SOCKS error (upstream.ReportMemberUnreachable
+// must know Karmada's "socks connect" wording: without it the exec's error
+// names no cluster), while other's member keeps serving; with the proxy
+// back execs work again through the same gateway.
+func testSOCKSProxyKilled(t *testing.T, other string) {
+	const pod = "socks-ticker"
+	placePod(t, env.ShellPod(env.Namespace, pod, tickerScript), []string{socksMember}, socksMember)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	expectExec(t, "socks5", env.UserExecOnly, pod)
+	logsDone := followTicks(t, ctx, pod)
 
-	// In a subtest, so that its pod is deleted before the environment stops.
-	t.Run("exec and logs -f, the proxy killed and back", func(t *testing.T) {
-		const pod = "socks-ticker"
-		placePod(t, env.ShellPod(env.Namespace, pod, tickerScript), []string{pullMember}, pullMember)
-		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-		defer cancel()
-		expectExec(t, "socks5", env.UserExecOnly, pod)
-		logsDone := followTicks(t, ctx, pod)
-
-		testEnv.KillProxy(pullMember)
-		restarted := false
-		t.Cleanup(func() {
-			if !restarted {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				if err := testEnv.StartProxy(ctx, pullMember); err != nil {
-					t.Errorf("restart the proxy: %v", err)
-				}
+	testEnv.KillProxy(socksMember)
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := testEnv.StartProxy(ctx, socksMember); err != nil {
+				t.Errorf("restart the proxy: %v", err)
 			}
-		})
-		select {
-		case err := <-logsDone:
-			t.Logf("logs -f through the gateway ended with: %v", err)
-			if msg := anError(err); msg != "" {
-				t.Errorf("logs -f after the proxy was killed: %s", msg)
-			}
-		case <-time.After(90 * time.Second):
-			t.Errorf("logs -f still runs 90s after the proxy was killed")
 		}
-		want := `the cluster proxy for cluster "` + pullMember + `" could not reach member cluster "` + pullMember + `": socks connect`
-		if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil || !strings.Contains(stderr, want) {
-			t.Errorf("kubectl exec into %s with the SOCKS5 proxy down: %v, %q %q; want an error with %q", pod, err, stdout, stderr, want)
-		} else {
-			t.Logf("kubectl exec with the SOCKS5 proxy down: %s", strings.TrimSpace(stderr))
-		}
-		if err := testEnv.StartProxy(ctx, pullMember); err != nil {
-			t.Fatal(err)
-		}
-		restarted = true
-		waitExecWorks(t, ctx, pod)
 	})
-
-	if !t.Failed() {
-		testEnv = shared
-		pe.Stop()
-		if left := pe.Leftovers(); len(left) > 0 {
-			t.Errorf("after Stop: %v", left)
+	select {
+	case err := <-logsDone:
+		t.Logf("logs -f through the gateway ended with: %v", err)
+		if msg := anError(err); msg != "" {
+			t.Errorf("logs -f after the proxy was killed: %s", msg)
 		}
+	case <-time.After(90 * time.Second):
+		t.Errorf("logs -f still runs 90s after the proxy was killed")
 	}
+	want := `the cluster proxy for cluster "` + socksMember + `" could not reach member cluster "` + socksMember + `": socks connect`
+	if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil || !strings.Contains(stderr, want) {
+		t.Errorf("kubectl exec into %s with the SOCKS5 proxy down: %v, %q %q; want an error with %q", pod, err, stdout, stderr, want)
+	} else {
+		t.Logf("kubectl exec with the SOCKS5 proxy down: %s", strings.TrimSpace(stderr))
+	}
+	expectExec(t, "SOCKS5 proxy down", env.UserExecOnly, other)
+	if err := testEnv.StartProxy(ctx, socksMember); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	waitExecWorks(t, ctx, pod)
 }

@@ -23,10 +23,8 @@ rm -f "$out"/*.log "$out"/*.rc
 # The tests that start an environment of their own (e2e/main_test.go's
 # ownEnvironmentTests), in shards named before the colon: a shard runs its
 # tests one after another, and TestMain starts no shared environment for it.
-# The two Pull member tests share one shard so that only one Pull member's
-# environment runs at a time.
 own=(
-	'pull:TestPullMember|TestPullMemberSOCKS5'
+	pull:TestPullMember
 	helm:TestReadmeHelmInstallOnHostCluster
 	hung:TestHungDependencies
 )

@@ -98,12 +98,13 @@ type Options struct {
 	// its own, its kube-apiserver reachable from the host only through the
 	// HTTP CONNECT proxy of its Cluster's spec.proxyURL (pull.go).
 	PullMembers []string
-	// PullProxy is the kind of proxy in front of every Pull member, the
-	// scheme of its Cluster's spec.proxyURL: "http" (the default, Debian's
-	// tinyproxy, HTTP CONNECT) or "socks5" (Debian's Dante server).
-	PullProxy string
-	Gateway   GatewayOptions
-	Host      HostOptions
+	// PullProxies is the kind of proxy in front of each Pull member, the
+	// scheme of its Cluster's spec.proxyURL: "http" (the default for a
+	// member not named, Debian's tinyproxy, HTTP CONNECT) or "socks5"
+	// (Debian's Dante server).
+	PullProxies map[string]string
+	Gateway     GatewayOptions
+	Host        HostOptions
 	// Log receives one line per startup step; nil discards.
 	Log io.Writer
 	// ComponentLogVerbosity is the klog verbosity of in-process
@@ -294,12 +295,22 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, fmt.Errorf("Pull member %q is not one of Members %v", m, opts.Members)
 		}
 	}
-	if len(opts.PullMembers) > 0 {
-		proxyBin, err := pullProxyBinary(opts.PullProxy)
-		if err != nil {
+	for m, kind := range opts.PullProxies {
+		if !slices.Contains(opts.PullMembers, m) {
+			return nil, fmt.Errorf("PullProxies names %q, which is not one of PullMembers %v", m, opts.PullMembers)
+		}
+		if _, err := pullProxyBinary(kind); err != nil {
 			return nil, err
 		}
-		bins = append(bins, filepath.Join(opts.KarmadaBinDir, karmadaAgent), proxyBin, "/usr/bin/nsenter")
+	}
+	for _, m := range opts.PullMembers {
+		proxyBin, _ := pullProxyBinary(opts.PullProxies[m])
+		if !slices.Contains(bins, proxyBin) {
+			bins = append(bins, proxyBin)
+		}
+	}
+	if len(opts.PullMembers) > 0 {
+		bins = append(bins, filepath.Join(opts.KarmadaBinDir, karmadaAgent), "/usr/bin/nsenter")
 	}
 	for _, bin := range bins {
 		if !fileExists(bin) {

@@ -46,7 +46,7 @@ import (
 // net/http proxying (pkg/util/proxy), which presents none; Karmada's own ANP
 // guide uses a fork adding a plain listener. An HTTP CONNECT proxy is what
 // the field means, and tinyproxy is one from Debian with no restriction on
-// CONNECT ports when no ConnectPort line is given. Options.PullProxy
+// CONNECT ports when no ConnectPort line is given. Options.PullProxies
 // "socks5" puts Debian's Dante server (danted) there instead: spec.proxyURL
 // may also be socks5://, which Karmada dials with golang.org/x/net/proxy.
 
@@ -97,7 +97,7 @@ func (p *pullMember) proxyURL() *url.URL {
 	return &url.URL{Scheme: scheme, Host: netip.AddrPortFrom(p.nsAddr(), uint16(p.proxyPort)).String()}
 }
 
-// The proxies a Pull member can be reached through (Options.PullProxy):
+// The proxies a Pull member can be reached through (Options.PullProxies):
 // Debian's tinyproxy for HTTP CONNECT, Debian's Dante server for SOCKS5,
 // the two kinds of spec.proxyURL Karmada's cluster proxy dials for plain
 // and upgraded requests alike (pkg/util/proxy).
@@ -106,7 +106,7 @@ const (
 	dantedBin    = "/usr/sbin/danted"
 )
 
-// pullProxyBinary is the proxy binary for Options.PullProxy.
+// pullProxyBinary is the proxy binary for a kind of Options.PullProxies.
 func pullProxyBinary(kind string) (string, error) {
 	switch kind {
 	case "", "http":
@@ -114,7 +114,7 @@ func pullProxyBinary(kind string) (string, error) {
 	case "socks5":
 		return dantedBin, nil
 	}
-	return "", fmt.Errorf("PullProxy %q: want http or socks5", kind)
+	return "", fmt.Errorf("PullProxies: proxy kind %q, want http or socks5", kind)
 }
 
 // deleteStaleNetns deletes the namespaces named after the slot: a free slot
@@ -150,7 +150,7 @@ func (e *Env) newPullMembers() error {
 			return err
 		}
 		p := &pullMember{name: m, link: slot, netns: fmt.Sprintf("%s%d-%s", netnsPrefix, slot.index, slot.nonce), proxyScheme: "http"}
-		if e.opts.PullProxy == "socks5" {
+		if e.opts.PullProxies[m] == "socks5" {
 			p.proxyScheme = "socks5"
 		}
 		e.pull[m] = p

@@ -27,7 +27,7 @@ func TestTinyproxyConfig(t *testing.T) {
 	}
 }
 
-// TestDantedConfig checks the SOCKS5 proxy (Options.PullProxy "socks5") as
+// TestDantedConfig checks the SOCKS5 proxy (Options.PullProxies "socks5") as
 // TestTinyproxyConfig the HTTP one: Debian's danted, listening only on the
 // namespace end, admitting only the host end, CONNECT only to the
 // namespace's loopback, no authentication and no idle timeout.
