@@ -113,13 +113,16 @@ vet:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 
+## unit: the product's tests with the race detector; the e2e module's own
+## packages (environment, images, chart, monitoring) are test tooling and run
+## without it, which takes minutes off their image and chart builds.
 unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 	$(GO) test -race -count=1 ./...
-	cd e2e && HELM=$(BIN)/helm $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
+	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 
-## e2e: the real end-to-end suite, the tests that start environments of
-## their own each in a test process beside the shared environment's
-## (hack/e2e.sh; E2E_SHARDS=1 for one process).
+## e2e: the real end-to-end suite, the Pull member and hung dependency tests
+## in a test process beside the shared environment's (hack/e2e.sh;
+## E2E_SHARDS=1 for one process).
 e2e: tools
 	GO=$(GO) hack/e2e.sh
 
