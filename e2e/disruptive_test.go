@@ -277,6 +277,11 @@ func testRestartWhileLabeling(t *testing.T) {
 		}
 	}
 	testEnv.StopGateway()
+	// The control itself: the stopped gateway released its Lease
+	// (ReleaseOnCancel empties the holder), so the next labels at once.
+	if holder, err := leaseHolder(ctx, testEnv); err != nil || holder != "" {
+		t.Errorf("after the gateway stopped, the labeler's Lease is held by %q (%v): not released on shutdown", holder, err)
+	}
 	for _, n := range all[k/2:] {
 		if _, err := admin.CoreV1().Pods(env.Namespace).Create(ctx, sleepPod(n), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create pod %s: %v", n, err)
@@ -298,10 +303,12 @@ func testRestartWhileLabeling(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := time.Now()
-	// The stopped gateway released its Lease (ReleaseOnCancel), so the new
-	// one labels at once; a lease left to expire would show up as labels
-	// arriving only after its 15s duration.
-	const handover = 8 * time.Second
+	// Released, the Lease is taken at once; one left to expire would hold
+	// the new gateway back for up to its 15s duration. Labeling every pod
+	// took 2-4s on an idle machine and up to 9.6s on CI's loaded cores, so
+	// the bound is the duration itself: the Lease check above is the test
+	// of the release, this one that labeling resumes.
+	const handover = 15 * time.Second
 	for _, n := range all {
 		if err := waitBound(ctx, n, want(n)); err != nil {
 			t.Error(err)
@@ -312,7 +319,7 @@ func testRestartWhileLabeling(t *testing.T) {
 		}
 	}
 	if took := time.Since(started); took > handover {
-		t.Errorf("the restarted gateway labeled every pod only %s after it was ready, want under %s: was the labeler's Lease released on shutdown?",
+		t.Errorf("the restarted gateway labeled every pod only %s after it was ready, want under %s (the Lease duration)",
 			took.Round(100*time.Millisecond), handover)
 	}
 }
