@@ -161,8 +161,14 @@ func (e *Env) startEtcd(ctx context.Context) error {
 			// on without events in a cache's prefix: a watch without a
 			// resourceVersion (GitLab Runner's pod watch) then waits for a
 			// fresh cache and fails with "Too large resource version".
-			// Frequent progress notifications keep every watch cache current.
-			"--experimental-watch-progress-notify-interval=200ms",
+			// Progress notifications keep every watch cache current, and
+			// 1s is well inside the 3s an apiserver's cache waits to catch
+			// up to a resourceVersion. They are most of an idle
+			// environment's CPU: every watch of three apiservers gets one
+			// per interval, and at 200ms etcd alone took a quarter of a
+			// core and each apiserver a tenth, with a few environments at
+			// once on two cores.
+			"--experimental-watch-progress-notify-interval=1s",
 		},
 		logPath: filepath.Join(e.logDir, "etcd.log"),
 	}
