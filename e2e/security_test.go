@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
@@ -156,6 +157,16 @@ func TestPodProxy(t *testing.T) {
 	pod.Spec.Containers[0] = env.LocalContainer("main", images.Echo, httpecho, "-name="+name, fmt.Sprintf("-listen=0.0.0.0:%d", httpechoPort))
 	placePod(t, pod, []string{member}, member)
 	token := testEnv.Token(env.UserAdmin)
+	// The server listens a moment after its container started: on loaded
+	// cores the first request could find the port closed (503 "connection
+	// refused" from the member's apiserver).
+	ready := testEnv.KarmadaURL() + "/apis/cluster.karmada.io/v1alpha1/clusters/" + member + "/proxy/api/v1/namespaces/" + env.Namespace + "/pods/" + fmt.Sprintf("%s:%d", name, httpechoPort) + "/proxy/"
+	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		code, _ := rawAnswer(t, http.MethodGet, ready, token)
+		return code == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("the pod's server did not answer through the cluster proxy within 30s: %v", err)
+	}
 	for _, seg := range []string{fmt.Sprintf("%s:%d", name, httpechoPort), fmt.Sprintf("http:%s:%d", name, httpechoPort)} {
 		path := "/api/v1/namespaces/" + env.Namespace + "/pods/" + seg + "/proxy/session/a%2Fb?q=a+b"
 		// kube-apiserver's pod proxy hands the pod the path decoded.
