@@ -34,7 +34,13 @@ func execSession(ctx context.Context, cfg *rest.Config, proto string, cmd []stri
 
 // execPod runs cmd in pod's container with cfg over proto, to its exit status.
 func execPod(ctx context.Context, cfg *rest.Config, proto, pod string, cmd []string, stdin io.Reader, stdout io.Writer) error {
-	u, err := podURL(cfg, pod, "exec", &corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: true, Stderr: true})
+	return execIn(ctx, cfg, proto, pod, cmd, false, stdin, stdout)
+}
+
+// execIn is execPod with, when tty, a terminal as `kubectl exec -it` asks
+// for one: no stderr stream then, the terminal's output is stdout.
+func execIn(ctx context.Context, cfg *rest.Config, proto, pod string, cmd []string, tty bool, stdin io.Reader, stdout io.Writer) error {
+	u, err := podURL(cfg, pod, "exec", &corev1.PodExecOptions{Container: containerName, Command: cmd, Stdin: stdin != nil, Stdout: true, Stderr: !tty, TTY: tty})
 	if err != nil {
 		return err
 	}
@@ -42,7 +48,7 @@ func execPod(ctx context.Context, cfg *rest.Config, proto, pod string, cmd []str
 	if err != nil {
 		return err
 	}
-	return streamExec(ctx, ex, cmd, proto, stdin, stdout)
+	return streamExec(ctx, ex, cmd, proto, tty, stdin, stdout)
 }
 
 // podURL is the URL of pod's subresource sub below cfg's host, with opts
@@ -67,10 +73,15 @@ func newExecutor(cfg *rest.Config, proto string, u *url.URL) (remotecommand.Exec
 	return nil, fmt.Errorf("unknown protocol %q", proto)
 }
 
-// streamExec runs ex to its exit status; cmd and proto name it in errors.
-func streamExec(ctx context.Context, ex remotecommand.Executor, cmd []string, proto string, stdin io.Reader, stdout io.Writer) error {
+// streamExec runs ex to its exit status, with a terminal when tty (as ex's
+// URL asked for); cmd and proto name it in errors.
+func streamExec(ctx context.Context, ex remotecommand.Executor, cmd []string, proto string, tty bool, stdin io.Reader, stdout io.Writer) error {
 	var stderr bytes.Buffer
-	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: &stderr}); err != nil {
+	opts := remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Tty: tty}
+	if !tty {
+		opts.Stderr = &stderr
+	}
+	if err := ex.StreamWithContext(ctx, opts); err != nil {
 		return fmt.Errorf("exec %s over %s: %w (stderr %q)", strings.Join(cmd, " "), proto, err, stderr.String())
 	}
 	return nil

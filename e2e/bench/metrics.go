@@ -12,8 +12,10 @@ import (
 	"time"
 )
 
-// parseGauges reads unlabelled samples from the Prometheus text format and
-// returns their values in the order of names; a missing one is an error.
+// parseGauges reads samples from the Prometheus text format and returns
+// their values in the order of names; a missing one is an error. A name is
+// matched whole, as the format writes it: a labelled sample is named with
+// all its labels, as name{label="value"}.
 func parseGauges(r io.Reader, names ...string) ([]float64, error) {
 	want := make(map[string]int, len(names))
 	for i, n := range names {

@@ -30,6 +30,7 @@ var Sections = []Section{
 	{Name: "labeler", NeedsEnv: true, Run: (*Runner).Labeler},
 	{Name: "scale-pods", Run: (*Runner).ScalePods},
 	{Name: "scale-streams", NeedsEnv: true, Run: (*Runner).ScaleStreams},
+	{Name: "recorded-sessions", NeedsEnv: true, Run: (*Runner).RecordedSessions},
 }
 
 // RunSections runs the sections named in only (all when empty) that fit r:

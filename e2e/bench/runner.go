@@ -43,6 +43,9 @@ type Sizes struct {
 	ScalePods     []int         // pods (with bindings) the scale section loads
 	ScaleStreams  []int         // concurrent exec sessions the scale section holds
 	ScaleHold     time.Duration // how long each ScaleStreams size is held
+	// RecordedSessions is how many idle TTY exec sessions recorded-sessions
+	// holds (ScaleHold long) through each of its two gateways.
+	RecordedSessions int
 }
 
 // Quick checks that every measurement works, in about a minute.
@@ -52,6 +55,7 @@ var Quick = Sizes{
 	Sessions: 20, HoldFor: 3 * time.Second, LogLines: 50, LogBytes: 4 << 20, MemberEvents: 50,
 	ResolverPods: []int{1000, 10000}, LabelerRates: []int{20, 100}, LabelerFor: time.Second,
 	ScalePods: []int{1000, 10000}, ScaleStreams: []int{10, 50}, ScaleHold: 2 * time.Second,
+	RecordedSessions: 50,
 }
 
 // Full is what docs/benchmarks.md reports.
@@ -61,6 +65,7 @@ var Full = Sizes{
 	Sessions: 200, HoldFor: 60 * time.Second, LogLines: 300, LogBytes: 64 << 20, MemberEvents: 500,
 	ResolverPods: []int{10000, 100000}, LabelerRates: []int{20, 100}, LabelerFor: 5 * time.Second,
 	ScalePods: []int{1000, 10000, 100000}, ScaleStreams: []int{10, 100, 1000}, ScaleHold: 15 * time.Second,
+	RecordedSessions: 1000,
 }
 
 // Names of the objects the runner creates in env.Namespace.
@@ -258,28 +263,40 @@ type procSample struct {
 	heap float64 // go_memstats_heap_alloc_bytes: live and not yet collected
 }
 
-// gatewayProcess reads the gateway's own process metrics (the Prometheus
-// process and Go collectors of the gateway's PID).
+// gatewayProcess reads the environment's gateway's own process metrics.
 func (r *Runner) gatewayProcess(ctx context.Context) (procSample, error) {
-	client, err := r.metricsClient()
-	if err != nil {
-		return procSample{}, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.Env.GatewayMetricsURL()+"/metrics", nil)
-	if err != nil {
-		return procSample{}, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return procSample{}, fmt.Errorf("scrape gateway metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return procSample{}, fmt.Errorf("scrape gateway metrics: %s", resp.Status)
-	}
-	v, err := parseGauges(resp.Body, "process_resident_memory_bytes", "process_cpu_seconds_total", "go_memstats_heap_alloc_bytes")
+	return r.processAt(ctx, r.Env.GatewayMetricsURL())
+}
+
+// processAt reads the process metrics (the Prometheus process and Go
+// collectors of its PID) of the gateway whose metrics port is at base.
+func (r *Runner) processAt(ctx context.Context, base string) (procSample, error) {
+	v, err := r.scrape(ctx, base, "process_resident_memory_bytes", "process_cpu_seconds_total", "go_memstats_heap_alloc_bytes")
 	if err != nil {
 		return procSample{}, err
 	}
 	return procSample{rss: v[0], cpu: v[1], heap: v[2]}, nil
+}
+
+// scrape reads samples named as in the text format (name, or
+// name{label="value"} with every label) from the /metrics of the gateway
+// whose metrics port is at base, in the order of names.
+func (r *Runner) scrape(ctx context.Context, base string, names ...string) ([]float64, error) {
+	client, err := r.metricsClient()
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape gateway metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape gateway metrics: %s", resp.Status)
+	}
+	return parseGauges(resp.Body, names...)
 }

@@ -20,7 +20,7 @@ func TestStreamsVerdict(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			target, got := tc.load.streamsVerdict()
+			target, got := tc.load.streamsVerdict(scaleStreamsTargetRow)
 			if target != tc.wantTarget || got != tc.want {
 				t.Errorf("streamsVerdict() = %q, %q; want %q, %q", target, got, tc.wantTarget, tc.want)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,14 +40,40 @@ type sessionLoad struct {
 // cores is the CPU the held sessions kept busy.
 func (l sessionLoad) cores() float64 { return l.cpuHeld / l.held.Seconds() }
 
-// holdSessions opens n exec sessions (`cat`, SPDY) with cfg, each proven
-// live by an echo, holds the ones that opened for holdFor while sampling the
+// holdOptions says which sessions holdSessions holds, and through which
+// gateway.
+type holdOptions struct {
+	n       int
+	holdFor time.Duration
+	// metricsURL is the base URL of the metrics port of the gateway the
+	// sessions go through; "" is the environment's gateway.
+	metricsURL string
+	// tty opens each session with a terminal, as `kubectl exec -it` does
+	// (what --record-sessions=tty records), and sends nothing on it: the
+	// session proves itself live by printing a line, then its cat waits on
+	// the terminal. Without tty, each session is proven live by an echo.
+	tty bool
+	// held, when set, is called at the end of the hold, every session that
+	// opened still open; its error is the measurement's.
+	held func() error
+}
+
+// holdSessions opens o.n exec sessions (`cat`, SPDY) with cfg, each proven
+// live, holds the ones that opened for o.holdFor while sampling the
 // gateway's RSS and heap every second, then closes them. Sessions that could
 // not be opened are counted in the result, not returned as an error: how far
-// it got is the measurement. Only a failed metrics scrape is an error.
-func (r *Runner) holdSessions(ctx context.Context, cfg *rest.Config, n int, holdFor time.Duration) (sessionLoad, error) {
+// it got is the measurement. Only a failed metrics scrape (or o.held) is an
+// error.
+func (r *Runner) holdSessions(ctx context.Context, cfg *rest.Config, o holdOptions) (sessionLoad, error) {
+	n, holdFor := o.n, o.holdFor
+	process := func(ctx context.Context) (procSample, error) {
+		if o.metricsURL == "" {
+			return r.gatewayProcess(ctx)
+		}
+		return r.processAt(ctx, o.metricsURL)
+	}
 	l := sessionLoad{n: n}
-	before, err := r.gatewayProcess(ctx)
+	before, err := process(ctx)
 	if err != nil {
 		return l, err
 	}
@@ -65,16 +92,24 @@ func (r *Runner) holdSessions(ctx context.Context, cfg *rest.Config, n int, hold
 	sessions := make([]*session, n)
 	live := make(chan opened, n)
 	sem := make(chan struct{}, sessionBurst)
-	r.logf("opening %d exec sessions through the gateway", n)
+	kind := "exec"
+	if o.tty {
+		kind = "TTY exec"
+	}
+	r.logf("opening %d %s sessions through the gateway", n, kind)
 	openStart := time.Now()
 	for i := range n {
 		inR, inW := io.Pipe()
 		outR, outW := io.Pipe()
 		s := &session{in: inW, done: make(chan error, 1)}
 		sessions[i] = s
+		cmd := []string{"cat"}
+		if o.tty {
+			cmd = []string{"sh", "-c", fmt.Sprintf("echo live-%d; exec cat", i)}
+		}
 		go func() {
 			sem <- struct{}{}
-			err := execSession(ctx, cfg, "SPDY", []string{"cat"}, inR, outW)
+			err := execIn(ctx, cfg, "SPDY", shellPod, cmd, o.tty, inR, outW)
 			// A session refused before it read stdin would leave its echo
 			// blocked in the write for good.
 			inR.CloseWithError(fmt.Errorf("session ended: %v", err))
@@ -82,7 +117,12 @@ func (r *Runner) holdSessions(ctx context.Context, cfg *rest.Config, n int, hold
 			s.done <- err
 		}()
 		go func() {
-			err := echo(inW, outR, i)
+			var err error
+			if o.tty {
+				err = readLive(outR, i)
+			} else {
+				err = echo(inW, outR, i)
+			}
 			<-sem // this session is open (or failed): let the next one start
 			live <- opened{i, err}
 			_, _ = io.Copy(io.Discard, outR)
@@ -93,14 +133,14 @@ func (r *Runner) holdSessions(ctx context.Context, cfg *rest.Config, n int, hold
 wait:
 	for range n {
 		select {
-		case o := <-live:
-			if o.err != nil {
+		case op := <-live:
+			if op.err != nil {
 				if l.openErr == nil {
-					l.openErr = fmt.Errorf("session %d: %w", o.i, o.err)
+					l.openErr = fmt.Errorf("session %d: %w", op.i, op.err)
 				}
 				continue
 			}
-			sessions[o.i].live = true
+			sessions[op.i].live = true
 			l.opened++
 		case <-deadline.C:
 			l.openErr = fmt.Errorf("%d sessions neither opened nor failed within %s", n-l.opened, sessionOpenTimeout)
@@ -112,7 +152,7 @@ wait:
 	l.openTime = time.Since(openStart)
 	r.logf("%d of %d sessions live after %s; holding for %s", l.opened, n, l.openTime.Round(time.Millisecond), holdFor)
 
-	holdStart, err := r.gatewayProcess(ctx)
+	holdStart, err := process(ctx)
 	if err != nil {
 		return l, err
 	}
@@ -127,7 +167,7 @@ wait:
 			return l, ctx.Err()
 		case <-tick.C:
 		}
-		s, err := r.gatewayProcess(ctx)
+		s, err := process(ctx)
 		if err != nil {
 			tick.Stop()
 			return l, err
@@ -135,13 +175,18 @@ wait:
 		l.rssPeak, l.heapPeak = max(l.rssPeak, s.rss), max(l.heapPeak, s.heap)
 	}
 	tick.Stop()
-	end, err := r.gatewayProcess(ctx)
+	end, err := process(ctx)
 	if err != nil {
 		return l, err
 	}
 	l.held = time.Since(held)
 	l.cpuHeld = end.cpu - holdStart.cpu
 	l.rssPeak, l.heapPeak = max(l.rssPeak, end.rss), max(l.heapPeak, end.heap)
+	if o.held != nil {
+		if err := o.held(); err != nil {
+			return l, err
+		}
+	}
 
 	for _, s := range sessions {
 		if !s.live {
@@ -154,7 +199,13 @@ wait:
 		}
 	}
 	// Closing stdin ends cat; waiting for it keeps this run's sessions from
-	// being counted in the next measurement's RSS.
+	// being counted in the next measurement's RSS. On a terminal, the end
+	// of stdin is not an end of file for cat (^D typed on the terminal
+	// is): terminal sessions are dropped instead, as closing kubectl's
+	// terminal drops them.
+	if o.tty {
+		cancel()
+	}
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		_ = s.in.Close()
@@ -178,7 +229,7 @@ func (r *Runner) Sessions(ctx context.Context) (*Table, error) {
 		return nil, err
 	}
 	n := r.Sizes.Sessions
-	l, err := r.holdSessions(ctx, p.gateway, n, r.Sizes.HoldFor)
+	l, err := r.holdSessions(ctx, p.gateway, holdOptions{n: n, holdFor: r.Sizes.HoldFor})
 	if err != nil {
 		return nil, err
 	}
@@ -205,13 +256,18 @@ func (r *Runner) Sessions(ctx context.Context) (*Table, error) {
 
 // echo proves session i live: what is written to its cat comes back.
 func echo(in io.Writer, out io.Reader, i int) error {
-	want := fmt.Sprintf("live-%d\n", i)
-	if _, err := io.WriteString(in, want); err != nil {
+	if _, err := fmt.Fprintf(in, "live-%d\n", i); err != nil {
 		return err
 	}
+	return readLive(out, i)
+}
+
+// readLive reads session i's first line, which must be live-i (a
+// terminal ends it with \r\n).
+func readLive(out io.Reader, i int) error {
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err == nil && line != want {
-		err = fmt.Errorf("session %d echoed %q", i, line)
+	if want := fmt.Sprintf("live-%d", i); err == nil && strings.TrimRight(line, "\r\n") != want {
+		err = fmt.Errorf("session %d printed %q, want %s", i, line, want)
 	}
 	return err
 }

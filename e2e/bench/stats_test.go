@@ -159,13 +159,16 @@ func TestParseGauges(t *testing.T) {
 process_resident_memory_bytes 4.5056e+07
 process_cpu_seconds_total 1.25 1700000000000
 go_goroutines{x="process_cpu_seconds_total"} 3
+karmada_gateway_recording_failures_total{reason="cap"} 0
+karmada_gateway_recording_failures_total{reason="start"} 2
 `
-	got, err := parseGauges(strings.NewReader(text), "process_resident_memory_bytes", "process_cpu_seconds_total")
+	got, err := parseGauges(strings.NewReader(text), "process_resident_memory_bytes", "process_cpu_seconds_total",
+		`karmada_gateway_recording_failures_total{reason="start"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0] != 45056000 || got[1] != 1.25 {
-		t.Errorf("parseGauges = %v, want [45056000 1.25]", got)
+	if got[0] != 45056000 || got[1] != 1.25 || got[2] != 2 {
+		t.Errorf("parseGauges = %v, want [45056000 1.25 2]", got)
 	}
 	if _, err := parseGauges(strings.NewReader(text), "absent_metric"); err == nil {
 		t.Error("a metric the gateway does not export must be an error")

@@ -130,7 +130,7 @@ func (s *streamTimes) openTrue(ctx context.Context, cfg *rest.Config, proto stri
 	var t0 time.Time
 	if err == nil {
 		t0 = time.Now()
-		err = streamExec(ctx, ex, []string{"true"}, proto, nil, io.Discard)
+		err = streamExec(ctx, ex, []string{"true"}, proto, false, nil, io.Discard)
 	}
 	el := time.Since(t0)
 	s.mu.Lock()

@@ -79,6 +79,12 @@ func (x *ExtraGateway) URL() string { return "https://" + hostPort(x.g.port) }
 // Config is a rest.Config for user against the extra gateway.
 func (x *ExtraGateway) Config(user string) *rest.Config { return x.e.restConfig(x.URL(), user) }
 
+// MetricsURL is the base URL of the extra gateway's metrics and health
+// port (/metrics, /readyz), in the scheme it turned out to serve.
+func (x *ExtraGateway) MetricsURL() string {
+	return x.g.metricsScheme + "://" + hostPort(x.g.metricsPort)
+}
+
 // PID is the extra gateway's process id.
 func (x *ExtraGateway) PID() int { return x.g.proc.pid() }
 
