@@ -50,6 +50,9 @@ func BenchmarkAuditRecordingCost(b *testing.B) {
 				if err != nil || out.n != len(payload) {
 					b.Fatalf("exec: %v, %d bytes back", err, out.n)
 				}
+				// The fake member reports each stdin EOF on a small
+				// buffered channel: unread, the fifth exec blocked it.
+				<-env.server.stdinEOF
 			}
 		})
 		b.Run("routed/"+name, func(b *testing.B) {
