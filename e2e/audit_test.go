@@ -15,11 +15,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording/recordingtest"
 )
 
 // decodeStrict decodes b into v with kube-apiserver's own audit types,
@@ -321,7 +320,7 @@ func testRecordedTTYSession(ctx context.Context, t *testing.T, pod, logPath, rec
 			if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
 				t.Fatalf("recording %s: %v (want a file of mode 0600)", path, err)
 			}
-			out, err := asciinemaCat(player, path)
+			out, err := recordingtest.Cat(player, path)
 			if err != nil {
 				t.Fatalf("asciinema cat %s: %v", path, err)
 			}
@@ -330,26 +329,4 @@ func testRecordedTTYSession(ctx context.Context, t *testing.T, pod, logPath, rec
 			}
 		})
 	}
-}
-
-// asciinemaCat runs `asciinema cat path` with a terminal of its own as its
-// controlling tty and stdin (it opens /dev/tty) and returns what it wrote to
-// stdout, a pipe: the recording's output, untranslated.
-func asciinemaCat(player, path string) ([]byte, error) {
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer ptmx.Close()
-	defer tty.Close()
-	cmd := exec.Command(player, "cat", path)
-	cmd.Stdin = tty
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return out, fmt.Errorf("%w: %s", err, stderr.String())
-	}
-	return out, nil
 }

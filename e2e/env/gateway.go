@@ -104,16 +104,11 @@ func (e *Env) StartGateway(ctx context.Context, args ...string) error {
 	if len(args) > 0 {
 		g.extraArgs = slices.Clone(args)
 	}
-	g.proc.args = append([]string{
-		"--kubeconfig=" + e.Kubeconfig(UserGateway),
-		"--bind-address=" + hostPort(g.port),
-		"--tls-cert-file=" + g.serving.CertFile,
-		"--tls-key-file=" + g.serving.KeyFile,
-		"--metrics-bind-address=" + hostPort(g.metricsPort),
-		"--auth-mode=" + e.opts.Gateway.AuthMode,
+	g.proc.args = append(e.gatewayServingArgs(g.port, g.metricsPort, g.serving),
 		"--leader-elect",
-		"--leader-election-namespace=" + KarmadaSystem,
-	}, g.extraArgs...)
+		"--leader-election-namespace="+KarmadaSystem,
+	)
+	g.proc.args = append(g.proc.args, g.extraArgs...)
 	// The gateway refuses a client CA in passthrough mode (a client
 	// certificate cannot be forwarded upstream), so it is given only when
 	// the mode in effect, after the extra flags, is authorize.
@@ -274,4 +269,18 @@ func (e *Env) GatewayConfig(user string) (*rest.Config, error) {
 		return nil, errors.New("gateway was never started")
 	}
 	return e.restConfig(url, user), nil
+}
+
+// gatewayServingArgs are the flags every gateway process of the
+// environment starts with: its identity in karmada-apiserver, where it
+// serves and with which certificate, and the environment's auth mode.
+func (e *Env) gatewayServingArgs(port, metricsPort int, serving *keyPair) []string {
+	return []string{
+		"--kubeconfig=" + e.Kubeconfig(UserGateway),
+		"--bind-address=" + hostPort(port),
+		"--tls-cert-file=" + serving.CertFile,
+		"--tls-key-file=" + serving.KeyFile,
+		"--metrics-bind-address=" + hostPort(metricsPort),
+		"--auth-mode=" + e.opts.Gateway.AuthMode,
+	}
 }

@@ -49,16 +49,11 @@ func (e *Env) StartExtraGateway(ctx context.Context, name string, args ...string
 		return nil, err
 	}
 	g.proc = &process{name: name, path: bin, logPath: filepath.Join(e.logDir, name+".log"), cpus: e.opts.Gateway.CPUs}
-	g.proc.args = append([]string{
-		"--kubeconfig=" + e.Kubeconfig(UserGateway),
-		"--bind-address=" + hostPort(g.port),
-		"--tls-cert-file=" + g.serving.CertFile,
-		"--tls-key-file=" + g.serving.KeyFile,
-		"--metrics-bind-address=" + hostPort(g.metricsPort),
-		"--auth-mode=" + e.opts.Gateway.AuthMode,
+	g.proc.args = append(e.gatewayServingArgs(g.port, g.metricsPort, g.serving),
 		"--enable-labeler=false",
 		"--leader-elect=false",
-	}, append(slices.Clone(e.opts.Gateway.Args), args...)...)
+	)
+	g.proc.args = append(g.proc.args, append(slices.Clone(e.opts.Gateway.Args), args...)...)
 	if authMode(e.opts.Gateway.AuthMode, args) == "authorize" && !slices.ContainsFunc(args, isFlag("client-ca-file")) {
 		g.proc.args = append(g.proc.args, "--client-ca-file="+filepath.Join(e.pkiDir, "ca.crt"))
 	}

@@ -5,22 +5,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording/recordingtest"
 )
 
 // TestTTYSessionRecordedAndPlayed covers Options.Recorder on a TTY exec
@@ -100,7 +97,7 @@ func TestTTYSessionRecordedAndPlayed(t *testing.T) {
 			if header.Version != 2 || header.Width != 100 || header.Height != 30 || strings.Join(resizes, ",") != "120x40" {
 				t.Errorf("header %+v, resizes %q; want version 2, 100x30 and one resize to 120x40", header, resizes)
 			}
-			out, err := playerOutput(t, player, "cat", path)
+			out, err := recordingtest.Cat(player, path)
 			if err != nil {
 				t.Fatalf("asciinema cat: %v", err)
 			}
@@ -141,39 +138,4 @@ func readCast(t *testing.T, path string) (castHeader, []string) {
 		}
 	}
 	return h, resizes
-}
-
-// playerOutput runs asciinema with a terminal of its own as its
-// controlling tty and stdin (asciinema cat opens /dev/tty) and returns what
-// it writes to stdout, a pipe: the recording's output, untranslated.
-func playerOutput(t *testing.T, player string, args ...string) ([]byte, error) {
-	t.Helper()
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	var unlock int32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, ptmx.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		t.Fatal(e)
-	}
-	var n uint32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, ptmx.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
-		t.Fatal(e)
-	}
-	pts, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pts.Close()
-	cmd := exec.Command(player, args...)
-	cmd.Stdin = pts
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return out, fmt.Errorf("%w: %s", err, stderr.String())
-	}
-	return out, nil
 }
