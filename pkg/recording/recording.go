@@ -187,7 +187,7 @@ type session struct {
 	truncated bool
 	failed    bool
 	carry     [3][]byte // an incomplete UTF-8 sequence per channel
-	line      []byte
+	line      []byte    // the event being encoded, reused
 }
 
 func (s *session) Data(ch streamfollow.Channel, p []byte) {
@@ -200,7 +200,13 @@ func (s *session) Data(ch streamfollow.Channel, p []byte) {
 	if ch == streamfollow.Stdin {
 		code = "i"
 	}
-	b := append(s.carry[ch], p...)
+	// Every byte of a recorded stream passes here on its copy path (#28's
+	// cost): the frame is encoded as it is, joined to the previous one's
+	// tail only when that split a UTF-8 sequence.
+	b := p
+	if len(s.carry[ch]) > 0 {
+		b = append(s.carry[ch], p...)
+	}
 	// Keep a UTF-8 sequence split across frames for the next one.
 	cut := len(b)
 	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
@@ -211,9 +217,8 @@ func (s *session) Data(ch streamfollow.Channel, p []byte) {
 			break
 		}
 	}
-	text := string(b[:cut])
+	s.event(code, b[:cut])
 	s.carry[ch] = append(s.carry[ch][:0], b[cut:]...)
-	s.event(code, text)
 }
 
 func (s *session) Resize(size streamfollow.TerminalSize) {
@@ -223,7 +228,7 @@ func (s *session) Resize(size streamfollow.TerminalSize) {
 		s.writeHeader(size)
 		return
 	}
-	s.event("r", strconv.Itoa(int(size.Width))+"x"+strconv.Itoa(int(size.Height)))
+	s.event("r", []byte(strconv.Itoa(int(size.Width))+"x"+strconv.Itoa(int(size.Height))))
 }
 
 // writeHeader starts the file; s.mu is held. The terminal's size is the
@@ -239,9 +244,11 @@ func (s *session) writeHeader(size streamfollow.TerminalSize) {
 	s.write(append(b, '\n'))
 }
 
-// event writes one asciicast event; s.mu is held.
-func (s *session) event(code, data string) {
-	if data == "" || s.failed {
+// event writes one asciicast event, [time, code, data] on a line; s.mu is
+// held. It is encoded into s.line, not by json.Marshal of an []any, which
+// copied every recorded byte three more times.
+func (s *session) event(code string, data []byte) {
+	if len(data) == 0 || s.failed {
 		return
 	}
 	if !s.header {
@@ -251,15 +258,73 @@ func (s *session) event(code, data string) {
 		return
 	}
 	at := time.Since(s.start).Seconds()
-	line, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(at, 'f', 6, 64)), code, data})
-	if s.written+int64(len(line))+1 > s.r.opts.MaxSessionBytes {
+	line := append(s.line[:0], '[')
+	line = strconv.AppendFloat(line, at, 'f', 6, 64)
+	line = append(line, ',', '"')
+	line = append(line, code...)
+	line = append(line, '"', ',')
+	line = appendJSONString(line, data)
+	line = append(line, ']', '\n')
+	s.line = line
+	if s.written+int64(len(line)) > s.r.opts.MaxSessionBytes {
 		s.truncated = true
 		s.r.failures.WithLabelValues("cap").Inc()
 		marker, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(at, 'f', 6, 64)), "m", "recording truncated: the session cap was reached"})
 		s.write(append(marker, '\n'))
 		return
 	}
-	s.write(append(line, '\n'))
+	s.write(line)
+}
+
+// appendJSONString appends data to dst as a JSON string, as encoding/json
+// would decode it back: invalid UTF-8 becomes U+FFFD, control characters,
+// quotes and backslashes are escaped, and so are U+2028 and U+2029, which
+// JavaScript players would read as line ends.
+func appendJSONString(dst, data []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(data); {
+		c := data[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, data[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, data[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, data[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, data[start:]...)
+	return append(dst, '"')
 }
 
 func (s *session) write(b []byte) {

@@ -2,6 +2,7 @@ package recording
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -171,5 +172,50 @@ func TestFailClosedRefusesUnwritable(t *testing.T) {
 	opts := streamfollow.Options{Protocol: v5}
 	if _, err := r.Follow(execReq("ci", ""), "ci", "p1", "exec", &opts, nil); err == nil || opts.Observer != nil {
 		t.Errorf("unwritable directory, fail-closed: %v, observer %v; want the session refused", err, opts.Observer)
+	}
+}
+
+// TestAppendJSONStringDecodesAsEncodingJSON checks the recorder's own JSON
+// string encoder differentially: what it writes for a frame must decode,
+// with encoding/json, to what json.Marshal of the same bytes decodes to
+// (the encoder it replaced), whatever the bytes: text, controls, quotes,
+// invalid or split UTF-8, U+2028. FuzzAppendJSONString runs the same check
+// on generated frames.
+func TestAppendJSONStringDecodesAsEncodingJSON(t *testing.T) {
+	for _, in := range jsonStringSeeds {
+		checkAppendJSONString(t, []byte(in))
+	}
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	for _, in := range jsonStringSeeds {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(checkAppendJSONString)
+}
+
+var jsonStringSeeds = []string{
+	"", "plain text", "line\r\n", "tab\tquote\"backslash\\", "\x00\x01\x1b[31mred\x1b[0m\x7f",
+	"héllo wörld ✓ 😀", "\xff\xfe invalid", "split \xe2\x82", "\xe2\x80\xa8 and \xe2\x80\xa9", "<&>",
+}
+
+func checkAppendJSONString(t *testing.T, in []byte) {
+	encoded := appendJSONString([]byte("prefix"), in)
+	if !bytes.HasPrefix(encoded, []byte("prefix")) {
+		t.Fatalf("%q: the destination's bytes were not kept: %q", in, encoded)
+	}
+	var got, want string
+	if err := json.Unmarshal(encoded[len("prefix"):], &got); err != nil {
+		t.Fatalf("%q encoded as %q, which is no JSON string: %v", in, encoded, err)
+	}
+	ref, err := json.Marshal(string(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(ref, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("%q encoded as %q decodes to %q; encoding/json's %q decodes to %q", in, encoded, got, ref, want)
 	}
 }
