@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -187,6 +188,17 @@ func TestAppendJSONStringDecodesAsEncodingJSON(t *testing.T) {
 	}
 }
 
+// TestAppendJSONStringEveryOffset puts each byte that must not be copied as
+// it is at every offset of the eight-byte words appendJSONString tests at
+// once, between runs of plain ASCII, so a word test that misses one fails.
+func TestAppendJSONStringEveryOffset(t *testing.T) {
+	for _, special := range []string{"\x00", "\n", "\x1f", "\"", "\\", "\x80", "\xff", "é", "\xe2\x80\xa8", "😀", "\x7f ~"} {
+		for off := 0; off <= 17; off++ {
+			checkAppendJSONString(t, []byte(strings.Repeat("a", off)+special+strings.Repeat("b", 20)))
+		}
+	}
+}
+
 func FuzzAppendJSONString(f *testing.F) {
 	for _, in := range jsonStringSeeds {
 		f.Add([]byte(in))
@@ -203,6 +215,12 @@ func checkAppendJSONString(t *testing.T, in []byte) {
 	encoded := appendJSONString([]byte("prefix"), in)
 	if !bytes.HasPrefix(encoded, []byte("prefix")) {
 		t.Fatalf("%q: the destination's bytes were not kept: %q", in, encoded)
+	}
+	// encoding/json decodes raw invalid UTF-8 and U+2028 as it decodes their
+	// escapes, so the file's own bytes are checked too: asciinema reads it
+	// as UTF-8, and JavaScript players end a line at a raw U+2028.
+	if s := encoded[len("prefix"):]; !utf8.Valid(s) || bytes.ContainsAny(s, "\u2028\u2029") {
+		t.Fatalf("%q encoded as %q, which is not valid UTF-8 or holds a raw U+2028 or U+2029", in, encoded)
 	}
 	var got, want string
 	if err := json.Unmarshal(encoded[len("prefix"):], &got); err != nil {
