@@ -116,8 +116,10 @@ type Options struct {
 type GatewayOptions struct {
 	// Enabled starts the gateway as part of Start.
 	Enabled bool
-	// Binary is a prebuilt gateway. Empty means build ./cmd/gateway from
-	// SourceDir into WorkDir.
+	// Binary is a prebuilt gateway (E2E_GATEWAY_BINARY sets it in
+	// DefaultOptions; hack/e2e.sh builds one for all its test processes).
+	// Empty means build ./cmd/gateway from SourceDir into WorkDir, inside
+	// the environment's start.
 	Binary string
 	// SourceDir is the root module (default: the parent of BinDir).
 	SourceDir string
@@ -236,6 +238,9 @@ func DefaultOptions(opts Options) Options {
 	}
 	if os.Getenv("E2E_GATEWAY_RACE") == "1" {
 		opts.Gateway.Race = true
+	}
+	if opts.Gateway.Binary == "" {
+		opts.Gateway.Binary = os.Getenv("E2E_GATEWAY_BINARY")
 	}
 	if os.Getenv("E2E_KEEP") != "" {
 		opts.KeepWorkDir = true
