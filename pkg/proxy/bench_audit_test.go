@@ -40,6 +40,9 @@ func BenchmarkAuditRecordingCost(b *testing.B) {
 		}
 		b.Run("exec/"+name, func(b *testing.B) {
 			env := newExecEnvWith(b, nil, auditRecordingOptions(b, on))
+			// After the TempDir's removal (registered first) would race the
+			// last recording's rename.
+			b.Cleanup(func() { waitRecordingsWritten(b, env) })
 			payload := bytes.Repeat([]byte("0123456789abcdef"), benchStreamChunk/16)
 			b.SetBytes(2 * benchStreamChunk)
 			defer reportCPU(b)()
@@ -122,16 +125,24 @@ func BenchmarkAuditRecordingCost(b *testing.B) {
 				b.Fatal("sessions still open 2m after they were cut")
 			}
 		}
-		// The gateway renames each recording into place after its client
-		// returned; the TempDir's removal must not race the renames.
-		deadline := time.Now().Add(2 * time.Minute)
-		for countTemp(b, env) > 0 {
-			if time.Now().After(deadline) {
-				b.Fatalf("%d recordings still being written 2m after the sessions were cut", countTemp(b, env))
-			}
-			time.Sleep(50 * time.Millisecond) // polling the recordings being finished, with a deadline
-		}
+		waitRecordingsWritten(b, env)
 	})
+}
+
+// waitRecordingsWritten waits until env's gateway, if it records, has
+// renamed every recording into place: it does so after the client returned,
+// and the TempDir's removal must not race the renames.
+func waitRecordingsWritten(b *testing.B, env *execEnv) {
+	if env.proxy.recorder == nil {
+		return
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for countTemp(b, env) > 0 {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d recordings still being written 2m after their sessions ended", countTemp(b, env))
+		}
+		time.Sleep(50 * time.Millisecond) // polling the recordings being finished, with a deadline
+	}
 }
 
 // benchRecordingDir is where auditRecordingOptions' recorder writes.
