@@ -40,6 +40,10 @@ race=()
 [[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race)
 (cd "$root" && "$GO" build "${race[@]}" -o "$out/gateway" ./cmd/gateway)
 export E2E_GATEWAY_BINARY="$out/gateway"
+# The Helm test's host cluster runs the gateway image's static binary, a
+# build of its own, which a cold cache also took past that deadline.
+"$GO" run ./cmd/gateway-image -repo "$root" -binary-only "$out/gateway-static"
+export E2E_HOST_GATEWAY_BINARY="$out/gateway-static"
 
 declare -A pids
 # A shard left behind would keep its environment: an interrupted run takes

@@ -242,6 +242,9 @@ func DefaultOptions(opts Options) Options {
 	if opts.Gateway.Binary == "" {
 		opts.Gateway.Binary = os.Getenv("E2E_GATEWAY_BINARY")
 	}
+	if opts.Host.GatewayBinary == "" {
+		opts.Host.GatewayBinary = os.Getenv("E2E_HOST_GATEWAY_BINARY")
+	}
 	if os.Getenv("E2E_KEEP") != "" {
 		opts.KeepWorkDir = true
 	}

@@ -59,6 +59,11 @@ type HostOptions struct {
 	// of the chart's RBAC to karmada-apiserver itself: a release installed
 	// on the host applies it with its hook Job.
 	Enabled bool
+	// GatewayBinary is a prebuilt static gateway for the host's image, as
+	// images.BuildGatewayBinary builds it (E2E_HOST_GATEWAY_BINARY sets it
+	// in DefaultOptions; hack/e2e.sh builds one). Empty means build it
+	// inside the environment's start.
+	GatewayBinary string
 }
 
 // checkVersioned refuses a kube-apiserver that reports no release version:
@@ -167,9 +172,12 @@ func (e *Env) buildHostImages(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("kubectl image from %s (make tools builds it static): %w", kubectl, err)
 	}
-	gatewayBin := filepath.Join(dir, "gateway")
-	if err := images.BuildGatewayBinary(ctx, root, "", gatewayBin); err != nil {
-		return "", err
+	gatewayBin := e.opts.Host.GatewayBinary
+	if gatewayBin == "" {
+		gatewayBin = filepath.Join(dir, "gateway")
+		if err := images.BuildGatewayBinary(ctx, root, "", gatewayBin); err != nil {
+			return "", err
+		}
 	}
 	opts := images.GatewayOptions{Binary: gatewayBin, Version: "e2e"}
 	if rev, created, err := images.Commit(ctx, root); err == nil {

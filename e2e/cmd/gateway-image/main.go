@@ -25,10 +25,18 @@ func main() {
 		source   = flag.String("source", "https://github.com/karmada-exec-gateway/karmada-exec-gateway", "the org.opencontainers.image.source label")
 		licenses = flag.String("licenses", "NOASSERTION", "the org.opencontainers.image.licenses label (an SPDX expression)")
 		push     = flag.Bool("push", false, "also push the image to -image with the default keychain")
+		binary   = flag.String("binary-only", "", "only build the image's static gateway binary into this path (hack/e2e.sh hands it to the Helm test's host cluster)")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *binary != "" {
+		if err := images.BuildGatewayBinary(ctx, *repo, *arch, *binary); err != nil {
+			fmt.Fprintln(os.Stderr, "gateway-image:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, *repo, *image, *out, *push, images.GatewayOptions{
 		Arch: *arch, Version: *version, Source: *source, Licenses: *licenses,
 	}); err != nil {
