@@ -385,7 +385,7 @@ func readyWithLeader(t *testing.T, e *env.Env, host kubernetes.Interface, ns, re
 // through the host's kube-apiserver and kubelet, to a Ready pod behind it.
 func portForwardService(t *testing.T, e *env.Env, ns, service string) string {
 	t.Helper()
-	pf := startKubectl(t, e.HostKubeconfig(), nil, "-n", ns, "port-forward", "svc/"+service, ":443")
+	pf := startEnvKubectl(t, e, e.HostKubeconfig(), nil, "-n", ns, "port-forward", "svc/"+service, ":443")
 	if err := pf.waitOutput(t.Context(), "Forwarding from 127.0.0.1:", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +509,7 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 			t.Fatalf("exec as %s through the installed gateway: %q, %v", env.UserExecOnly, out, err)
 		}
 		t.Logf("exec as %s through svc/%s (port-forward): %q", env.UserExecOnly, r.release, out)
-		if out := readmeExecFromOutside(t, sh, "helm-passthrough", "echo as the README says"); out != "as the README says\n" {
+		if out := readmeExecFromOutside(t, e, sh, "helm-passthrough", "echo as the README says"); out != "as the README says\n" {
 			t.Errorf("README's exec through the port-forwarded gateway printed %q", out)
 		}
 		// Without clusters/proxy, passthrough mode cannot reach the member.
@@ -724,7 +724,7 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 	}
 	port := portForwardService(t, e, r.namespace, r.release)
 	const release = "/tmp/release-upgrade"
-	session := startKubectl(t, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), nil, "exec", pod, "--", "sh", "-c",
+	session := startEnvKubectl(t, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), nil, "exec", pod, "--", "sh", "-c",
 		"echo session open; while [ ! -e "+release+" ]; do sleep 0.1; done; echo drained; exit 7")
 	if err := session.waitOutput(ctx, "session open", 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -946,7 +946,7 @@ func assertRoutingLogged(t *testing.T, e *env.Env, host kubernetes.Interface, r 
 // user does: a free local port for 8443 (the machine is shared), and the
 // pod, its namespace and a command for the placeholders. It returns the
 // exec's output.
-func readmeExecFromOutside(t *testing.T, sh *readmeShell, pod, command string) string {
+func readmeExecFromOutside(t *testing.T, e *env.Env, sh *readmeShell, pod, command string) string {
 	t.Helper()
 	var lines []string
 	for _, b := range helmtest.ReadmeShBlocks(t, "Point executors at the gateway") {
@@ -963,7 +963,7 @@ func readmeExecFromOutside(t *testing.T, sh *readmeShell, pod, command string) s
 		t.Fatalf("README's port-forward block is not port-forward, set-cluster, set-context, exec as this test reads it: %q", lines)
 	}
 	args := strings.Fields(strings.Replace(strings.TrimPrefix(lines[0], "kubectl "), " 8443:443", " :443", 1))
-	pf := startKubectl(t, filepath.Join(sh.dir, ".kube", "config"), nil, args...)
+	pf := startEnvKubectl(t, e, filepath.Join(sh.dir, ".kube", "config"), nil, args...)
 	if err := pf.waitOutput(t.Context(), "Forwarding from 127.0.0.1:", time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -282,8 +282,16 @@ type kubectlProc struct {
 // args. It is killed when t ends if it is still running.
 func startKubectl(t *testing.T, kubeconfig string, extraEnv []string, args ...string) *kubectlProc {
 	t.Helper()
+	return startEnvKubectl(t, testEnv, kubeconfig, extraEnv, args...)
+}
+
+// startEnvKubectl is startKubectl with e's kubectl, for tests with an
+// environment of their own (ownEnvironmentTests), which may run where no
+// shared testEnv was started.
+func startEnvKubectl(t *testing.T, e *env.Env, kubeconfig string, extraEnv []string, args ...string) *kubectlProc {
+	t.Helper()
 	p := &kubectlProc{done: make(chan struct{})}
-	p.cmd = exec.Command(testEnv.Kubectl(), append(kubectlGlobalArgs(kubeconfig), args...)...)
+	p.cmd = exec.Command(e.Kubectl(), append(kubectlGlobalArgs(kubeconfig), args...)...)
 	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	var err error
