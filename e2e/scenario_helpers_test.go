@@ -291,7 +291,7 @@ func startKubectl(t *testing.T, kubeconfig string, extraEnv []string, args ...st
 func startEnvKubectl(t *testing.T, e *env.Env, kubeconfig string, extraEnv []string, args ...string) *kubectlProc {
 	t.Helper()
 	p := &kubectlProc{done: make(chan struct{})}
-	p.cmd = exec.Command(e.Kubectl(), append(kubectlGlobalArgs(kubeconfig), args...)...)
+	p.cmd = exec.Command(e.Kubectl(), append(kubectlGlobalArgs(e, kubeconfig), args...)...)
 	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	var err error
@@ -309,9 +309,9 @@ func startEnvKubectl(t *testing.T, e *env.Env, kubeconfig string, extraEnv []str
 	return p
 }
 
-func kubectlGlobalArgs(kubeconfig string) []string {
+func kubectlGlobalArgs(e *env.Env, kubeconfig string) []string {
 	// The same cache dir as env.RunKubectl: discovery is cached once.
-	return []string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(testEnv.WorkDir(), "kubectl-cache")}
+	return []string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(e.WorkDir(), "kubectl-cache")}
 }
 
 // kill stops the kubectl this test started and waits for it.

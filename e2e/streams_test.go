@@ -40,7 +40,7 @@ var kubectlTransports = []struct {
 
 // runKubectlEnv is env.RunKubectl with extra environment variables.
 func runKubectlEnv(ctx context.Context, kubeconfig string, extraEnv []string, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
-	cmd := exec.CommandContext(ctx, testEnv.Kubectl(), append(kubectlGlobalArgs(kubeconfig), args...)...)
+	cmd := exec.CommandContext(ctx, testEnv.Kubectl(), append(kubectlGlobalArgs(testEnv, kubeconfig), args...)...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	var out, errOut bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errOut
@@ -222,7 +222,7 @@ func ttyCommand(rows, cols int) []string {
 // size: kubectl sends the size, the pod's terminal reports it, typed input
 // reaches the pod and the exit code comes back.
 func kubectlTTY(t *testing.T, kubeconfig string, extraEnv []string, pod string) {
-	args := append(kubectlGlobalArgs(kubeconfig), "exec", "-i", "-t", pod, "--")
+	args := append(kubectlGlobalArgs(testEnv, kubeconfig), "exec", "-i", "-t", pod, "--")
 	cmd := exec.Command(testEnv.Kubectl(), append(args, ttyCommand(33, 111)...)...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	master, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 111})
