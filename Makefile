@@ -17,7 +17,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/gateway/Chart.
 IMAGE ?= ghcr.io/karmada-exec-gateway/karmada-exec-gateway:$(VERSION)
 PUSH ?=
 
-.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada etcd node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean e2e-hung
+.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean e2e-hung
 
 all: build
 
@@ -30,14 +30,14 @@ image: ca-certificates
 	cd e2e && $(GO) run ./cmd/gateway-image -repo .. -image $(IMAGE) -version $(VERSION) \
 		-out $(CURDIR)/_output/image/karmada-exec-gateway.tar $(if $(PUSH),-push)
 
-## tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
-## and kubectl from the tools module, helm from its own module, Karmada from
-## its source at one pinned commit, etcd, shellcheck and Prometheus from
+## tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+## kubectl from the tools module, etcd and helm each from a module of its own,
+## Karmada from its source at one pinned commit, shellcheck and Prometheus from
 ## Debian, and the nodes' runtime from Debian (containerd, runc, CNI plugins,
 ## busybox-static, gcc for Kubernetes' pause.c, iproute2). The pods' images
 ## are built from those locally when an environment starts (cached in
 ## _output/images).
-tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/helm karmada etcd node-runtime shellcheck prometheus asciinema
+tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm karmada node-runtime shellcheck prometheus asciinema
 
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
 	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-apiserver $@
@@ -75,8 +75,13 @@ karmada:
 		BIN_DIR=$(BIN) KARMADA_OUT=$(BIN)/karmada$(KARMADA_SUFFIX) \
 		SRC_DIR=$(CURDIR)/_output/karmada-src$(KARMADA_SUFFIX) GO=$(GO) hack/build-karmada.sh
 
-etcd:
-	@command -v etcd >/dev/null || hack/install-etcd.sh
+# etcd at the version Kubernetes' own client requires, not Debian's 3.4.23:
+# the apiservers' watch caches ask etcd for progress on demand
+# (RequestWatchProgress, 3.4.31+ or 3.5.13+). With 3.4.23 they could only be
+# kept current by periodic progress notifications to every watch, which
+# were most of an idle environment's CPU.
+$(BIN)/etcd: hack/etcd/go.mod hack/etcd/go.sum hack/go-build-cached.sh
+	GO=$(GO) hack/go-build-cached.sh hack/etcd go.etcd.io/etcd/server/v3 $@
 
 node-runtime:
 	@hack/install-node-runtime.sh

@@ -78,7 +78,8 @@ type Options struct {
 	// CRDDir holds the Karmada CRDs, in folders below it; every CRD is applied
 	// (default: KarmadaSrcDir/charts/karmada/_crds/bases).
 	CRDDir string
-	// Etcd is the etcd binary (default /usr/bin/etcd).
+	// Etcd is the etcd binary (default BinDir/etcd, which make tools builds
+	// from the tools module at the version Kubernetes' client requires).
 	Etcd string
 	// Containerd is the containerd binary (default /usr/bin/containerd,
 	// Debian's containerd package, which brings ctr and the runc shim).
@@ -227,8 +228,8 @@ func DefaultOptions(opts Options) Options {
 	if opts.Etcd == "" {
 		opts.Etcd = os.Getenv("E2E_ETCD")
 	}
-	if opts.Etcd == "" {
-		opts.Etcd = "/usr/bin/etcd"
+	if opts.Etcd == "" && opts.BinDir != "" {
+		opts.Etcd = filepath.Join(opts.BinDir, "etcd")
 	}
 	if opts.Containerd == "" {
 		opts.Containerd = "/usr/bin/containerd"
