@@ -292,6 +292,10 @@ func TestHungDependencies(t *testing.T) {
 			t.Errorf("the gateway built with -race reported %d data races (%v):\n%s", len(races), err, strings.Join(races, "\n"))
 		}
 	}
+	// After four freezes, the environment still ends without a trace.
+	if !t.Failed() {
+		stopLeavesNothing(t, e)
+	}
 }
 
 func runHungCase(t *testing.T, e *env.Env, c hungCase) {

@@ -98,7 +98,7 @@ func TestPullMember(t *testing.T) {
 			{"executor-jenkins", TestExecutorJenkins},
 			{"executor-seed", TestExecutorSeedTTY},
 			{"executor-semaphore", TestExecutorSemaphore},
-			{"auth-modes", TestDisruptive}, // both auth modes; member1's apiserver stopped
+			{"auth-modes", testDisruptiveAuthModes}, // both auth modes
 		} {
 			t.Run(rt.name, rt.run)
 		}
@@ -110,10 +110,7 @@ func TestPullMember(t *testing.T) {
 	// (when something failed, the work dir and logs are kept for the dump).
 	if !t.Failed() {
 		testEnv = shared
-		pe.Stop()
-		if left := pe.Leftovers(); len(left) > 0 {
-			t.Errorf("after Stop: %v", left)
-		}
+		stopLeavesNothing(t, pe)
 	}
 }
 
