@@ -120,10 +120,14 @@ vet:
 
 ## unit: the product's tests with the race detector; the e2e module's own
 ## packages (environment, images, chart, monitoring) are test tooling and run
-## without it, which takes minutes off their image and chart builds.
+## without it, which takes minutes off their image and chart builds. Test
+## binaries are linked without DWARF (-w: stack traces and race reports keep
+## their symbols); a fifth of each link's CPU, which the e2e suite beside
+## them is short of.
+TEST_LDFLAGS := -ldflags=-w
 unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
-	$(GO) test -race -count=1 ./...
-	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
+	$(GO) test -race -count=1 $(TEST_LDFLAGS) ./...
+	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 $(TEST_LDFLAGS) -timeout 20m $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
 
 ## e2e: the real end-to-end suite, the Pull member and hung dependency tests
 ## in a test process beside the shared environment's (hack/e2e.sh;
@@ -182,7 +186,7 @@ fuzz:
 ## the proxy on loopback; SOAK=1m is what CI runs.
 SOAK ?= 30m
 soak:
-	$(GO) test ./pkg/proxy -count=1 -run TestSoak -soak $(SOAK) -timeout 60m -v
+	$(GO) test ./pkg/proxy -count=1 $(TEST_LDFLAGS) -run TestSoak -soak $(SOAK) -timeout 60m -v
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -22,7 +22,7 @@ func TestDemoStopsWithItsParent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "e2e-env")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/e2e-env").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-ldflags=-w", "-o", bin, "./cmd/e2e-env").CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/e2e-env: %v\n%s", err, out)
 	}
 	workDir := filepath.Join(dir, "work")

@@ -32,13 +32,14 @@ own=(
 )
 
 cd "$root/e2e"
-"$GO" test -c -o "$out/e2e.test" .
+# Linked without DWARF, as make unit's tests: nothing here runs a debugger.
+"$GO" test -c -ldflags=-w -o "$out/e2e.test" .
 # One gateway binary for every environment of every process, built before
 # any starts: built inside an environment's start, a cold build with -race
 # (minutes on two cores) ran past its 5-minute deadline (2026-12-04).
 race=()
 [[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race)
-(cd "$root" && "$GO" build "${race[@]}" -o "$out/gateway" ./cmd/gateway)
+(cd "$root" && "$GO" build "${race[@]}" -ldflags=-w -o "$out/gateway" ./cmd/gateway)
 export E2E_GATEWAY_BINARY="$out/gateway"
 # The Helm test's host cluster runs the gateway image's static binary, a
 # build of its own, which a cold cache also took past that deadline.
