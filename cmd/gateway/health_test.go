@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +14,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
 // fakeKarmada answers /readyz as told and counts the calls.
@@ -143,12 +144,7 @@ func TestReadyzFollowsKarmadaAPIServer(t *testing.T) {
 }
 
 func TestReadyzUnreachableAndHungUpstream(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := "http://" + ln.Addr().String()
-	ln.Close()
+	down := "http://" + proxytest.RefusedAddr(t)
 
 	hung := &fakeKarmada{hang: make(chan struct{})}
 	hungSrv := httptest.NewServer(hung)

@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,12 +22,7 @@ func TestErrorsAreStatus(t *testing.T) {
 	upstream := httptest.NewServer(up)
 	defer upstream.Close()
 
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	downAddr := closed.Addr().String()
-	closed.Close()
+	downAddr := proxytest.RefusedAddr(t)
 
 	tests := []struct {
 		name        string

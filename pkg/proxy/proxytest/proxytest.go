@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,4 +302,26 @@ func (c *ConnCounter) CloseLast() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.conns[len(c.conns)-1].Close()
+}
+
+// RefusedAddr is a loopback host:port that refuses connections for the
+// rest of the test: a TCP socket bound to it that never listens. Closing a
+// listener to get such an address does not hold the port: under load
+// another test's listener (one that never answers, say) took it, and a
+// request meant to be refused timed out instead.
+func RefusedAddr(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
