@@ -496,6 +496,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	if !p.holdStream(w, r, state) {
 		return
 	}
+	// A body gets as long to arrive as the upstream gets to answer.
+	if err := upstream.Replayable(w, r, p.headerTimeout); err != nil {
+		apiresponse.WriteStatus(w, err)
+		return
+	}
 	p.reverse.ServeHTTP(w, r)
 }
 

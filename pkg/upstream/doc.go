@@ -23,6 +23,9 @@
 //     failure to reach a member (a Pull member's spec.proxyURL proxy down)
 //     comes as a bare Go error in a 500 naming no cluster;
 //     ReportMemberUnreachable turns it into a 503 naming the member.
+//   - Requests sent again (replay.go): Replayable keeps a small body in
+//     memory so that the transport can resend a request that a GOAWAY or
+//     a closed idle connection proves karmada-apiserver never processed.
 //   - Phases (phases.go): one V(4) line per upgrade with the time of its
 //     check, resolve, connection, TLS handshake and upstream answer.
 //
