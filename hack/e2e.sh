@@ -54,7 +54,11 @@ shard() {
 	local name=$1
 	shift
 	# go test runs a package's tests in the package's directory: so does this.
-	"$out/e2e.test" -test.v -test.count=1 -test.timeout=50m "$@" >"$out/$name.log" 2>&1 &
+	# -test.parallel defaults to GOMAXPROCS, two on CI's machine: the
+	# parallel tests, which mostly wait on pods, kubelets and streams, then
+	# queued two at a time, and the Helm install (minutes) started only
+	# after the executor replays ahead of it in the file order.
+	"$out/e2e.test" -test.v -test.count=1 -test.timeout=50m -test.parallel="${E2E_PARALLEL:-4}" "$@" >"$out/$name.log" 2>&1 &
 	pids[$name]=$!
 }
 
