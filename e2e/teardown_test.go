@@ -85,7 +85,7 @@ func stopLeavesNothing(t *testing.T, e *env.Env) {
 	if procs := processesNaming(t, workDir); len(procs) > 0 {
 		t.Errorf("processes naming %s after Stop: %q", workDir, procs)
 	}
-	if _, err := os.Stat(workDir); err == nil && os.Getenv("E2E_KEEP") == "" {
+	if _, err := os.Stat(workDir); err == nil && !e.KeepsWorkDir() {
 		t.Errorf("work dir %s still exists after Stop", workDir)
 	}
 }

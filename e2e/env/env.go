@@ -79,7 +79,7 @@ type Options struct {
 	// (default: KarmadaSrcDir/charts/karmada/_crds/bases).
 	CRDDir string
 	// Etcd is the etcd binary (default BinDir/etcd, which make tools builds
-	// from the tools module at the version Kubernetes' client requires).
+	// from hack/etcd at the version Kubernetes' client requires).
 	Etcd string
 	// Containerd is the containerd binary (default /usr/bin/containerd,
 	// Debian's containerd package, which brings ctr and the runc shim).
@@ -484,6 +484,10 @@ func randomToken() string {
 // removes WorkDir unless Options.KeepWorkDir. It is safe to call more than
 // once.
 func (e *Env) Stop() { e.stop(e.opts.KeepWorkDir) }
+
+// KeepsWorkDir reports whether Stop leaves WorkDir in place
+// (Options.KeepWorkDir, which E2E_KEEP sets).
+func (e *Env) KeepsWorkDir() bool { return e.opts.KeepWorkDir }
 
 func (e *Env) stop(keep bool) {
 	e.stopOnce.Do(func() {
