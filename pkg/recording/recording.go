@@ -74,7 +74,7 @@ type Options struct {
 // Recorder starts recordings.
 type Recorder struct {
 	opts  Options
-	total atomic.Int64 // bytes of the recordings in Dir, written ones included
+	total atomic.Int64 // bytes of the recordings in Dir, written ones included, measured again at the cap
 	// Failures counts recordings that could not be made or finished.
 	failures *prometheus.CounterVec
 	sessions prometheus.Counter
@@ -100,16 +100,27 @@ func New(opts Options) (*Recorder, error) {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(r.failures, r.sessions)
 	}
-	entries, err := os.ReadDir(opts.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("recording directory: %w", err)
-	}
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
-			r.total.Add(info.Size())
-		}
+	if err := r.measureDir(); err != nil {
+		return nil, err
 	}
 	return r, nil
+}
+
+// measureDir sets total to what Dir holds now. Open recordings count what
+// they have flushed so far, at most their write buffer short.
+func (r *Recorder) measureDir() error {
+	entries, err := os.ReadDir(r.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("recording directory: %w", err)
+	}
+	var total int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			total += info.Size()
+		}
+	}
+	r.total.Store(total)
+	return nil
 }
 
 // Follow has the exec or attach stream req opened into pod ns/pod recorded,
@@ -153,6 +164,15 @@ func (r *Recorder) Follow(req *http.Request, ns, pod, subresource string, opts *
 }
 
 func (r *Recorder) start(ns, pod string, q url.Values, tty bool, abort func()) (*session, error) {
+	if r.total.Load() >= r.opts.MaxTotalBytes {
+		// Operators ship recordings elsewhere and delete them: what left
+		// the directory no longer counts, so measure it again before
+		// refusing (only here, at the cap, where it matters).
+		if err := r.measureDir(); err != nil {
+			r.failures.WithLabelValues("start").Inc()
+			return nil, err
+		}
+	}
 	if r.total.Load() >= r.opts.MaxTotalBytes {
 		r.failures.WithLabelValues("cap").Inc()
 		return nil, fmt.Errorf("the recording directory holds %d bytes, the cap", r.total.Load())

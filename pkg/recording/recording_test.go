@@ -160,6 +160,20 @@ func TestCaps(t *testing.T) {
 	if got := testutil.ToFloat64(r.failures.WithLabelValues("cap")); got < 3 {
 		t.Errorf("cap failures counted %v, want the truncation and both refusals", got)
 	}
+	// Shipped elsewhere and deleted, the recordings count no more: the
+	// directory has room again.
+	casts, err := filepath.Glob(filepath.Join(r.opts.Dir, "*.cast"))
+	if err != nil || len(casts) != 2 {
+		t.Fatalf("recordings %v, %v; want the two sessions'", casts, err)
+	}
+	for _, c := range casts {
+		if err := os.Remove(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if name, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); name == "" || err != nil {
+		t.Errorf("after the recordings were removed: recording %q, %v; want a recording", name, err)
+	}
 }
 
 // TestFailClosedRefusesUnwritable: a directory the recording cannot be
