@@ -31,6 +31,7 @@ var Sections = []Section{
 	{Name: "scale-pods", Run: (*Runner).ScalePods},
 	{Name: "scale-streams", NeedsEnv: true, Run: (*Runner).ScaleStreams},
 	{Name: "recorded-sessions", NeedsEnv: true, Run: (*Runner).RecordedSessions},
+	{Name: "recorded-exec", NeedsEnv: true, Run: (*Runner).RecordedExec},
 }
 
 // RunSections runs the sections named in only (all when empty) that fit r:

@@ -46,6 +46,11 @@ type Sizes struct {
 	// RecordedSessions is how many idle TTY exec sessions recorded-sessions
 	// holds (ScaleHold long) through each of its two gateways.
 	RecordedSessions int
+	// RecordedExecBytes is what each TTY exec session of recorded-exec
+	// moves, stdout then stdin; RecordedExecRounds how many per path and
+	// protocol, interleaved.
+	RecordedExecBytes  int64
+	RecordedExecRounds int
 }
 
 // Quick checks that every measurement works, in about a minute.
@@ -55,7 +60,7 @@ var Quick = Sizes{
 	Sessions: 20, HoldFor: 3 * time.Second, LogLines: 50, LogBytes: 4 << 20, MemberEvents: 50,
 	ResolverPods: []int{1000, 10000}, LabelerRates: []int{20, 100}, LabelerFor: time.Second,
 	ScalePods: []int{1000, 10000}, ScaleStreams: []int{10, 50}, ScaleHold: 2 * time.Second,
-	RecordedSessions: 50,
+	RecordedSessions: 50, RecordedExecBytes: 16 << 20, RecordedExecRounds: 2,
 }
 
 // Full is what docs/benchmarks.md reports.
@@ -65,7 +70,7 @@ var Full = Sizes{
 	Sessions: 200, HoldFor: 60 * time.Second, LogLines: 300, LogBytes: 64 << 20, MemberEvents: 500,
 	ResolverPods: []int{10000, 100000}, LabelerRates: []int{20, 100}, LabelerFor: 5 * time.Second,
 	ScalePods: []int{1000, 10000, 100000}, ScaleStreams: []int{10, 100, 1000}, ScaleHold: 15 * time.Second,
-	RecordedSessions: 1000,
+	RecordedSessions: 1000, RecordedExecBytes: 256 << 20, RecordedExecRounds: 3,
 }
 
 // Names of the objects the runner creates in env.Namespace.
