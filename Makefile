@@ -135,11 +135,11 @@ unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 e2e: tools
 	GO=$(GO) hack/e2e.sh
 
-## e2e-hung: the hung-dependency cases alone (SIGSTOP on karmada-apiserver,
-## the aggregated apiserver, a member's apiserver and etcd, one after the
-## other), in TestPullMember's environment; make e2e runs them with the rest.
+## e2e-hung: TestHungDependencies alone (SIGSTOP on karmada-apiserver, the
+## aggregated apiserver, a member's apiserver and etcd, one after the other in
+## one environment of its own); make e2e runs it with the rest.
 e2e-hung: tools
-	cd e2e && $(GO) test -count=1 -timeout 20m -v -run 'TestPullMember/hung' .
+	cd e2e && $(GO) test -count=1 -timeout 20m -v -run 'TestHungDependencies' .
 
 ## compat: the e2e compatibility subset (smoke, streams, executors, status
 ## fidelity, member-local pods) against the pinned commit and each supported

@@ -63,6 +63,7 @@ func run(m *testing.M) int {
 // TestPullMember makes its own testEnv while it runs.
 var ownEnvironmentTests = map[string]bool{
 	"TestPullMember":                     true,
+	"TestHungDependencies":               true,
 	"TestReadmeHelmInstallOnHostCluster": true,
 }
 

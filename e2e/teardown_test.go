@@ -24,10 +24,9 @@ import (
 // network namespace and veth) and checks that the pod has no route off the
 // machine; then, after Stop, that no process of the environment, container,
 // shim, mount, bridge, veth, cgroup, proxy or agent is left and the work
-// directory is gone. TestPullMember ends with it (Pull members in network
-// namespaces of their own, after its faults and four freezes): an
-// environment of its own only for this check cost CI a whole start. The
-// Push members' environment ends checked by TestDemoStopsWithItsParent.
+// directory is gone. TestHungDependencies (Push members) and TestPullMember
+// (Pull members in network namespaces of their own) end with it: an
+// environment of its own only for this check cost CI a whole start.
 func stopLeavesNothing(t *testing.T, e *env.Env) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

@@ -5,10 +5,10 @@
 # another, then the parallel ones together (the Helm install on a host
 # cluster among them, in an environment of its own). TestPullMember (which
 # swaps the shared environment for its own while it runs, so it cannot
-# share a process, and ends by freezing that environment's processes one
-# by one) runs in a second test process, started at the same time as the
-# shared one, so the suite takes about as long as the longer of the two
-# instead of the sum.
+# share a process) and TestHungDependencies (which freezes the processes of
+# its own environment) run one after the other in a second test process,
+# started at the same time as the shared one, so the suite takes about as
+# long as the longer of the two instead of the sum.
 #
 # Each shard's -v output goes to _output/e2e/<shard>.log and is printed when
 # the shard ends; the run fails if any shard fails. E2E_SHARDS=1 runs the
@@ -28,7 +28,7 @@ rm -f "$out"/*.log "$out"/*.rc
 # made everything time out (2026-12-04: load 40-53, a 22-minute run). The
 # Helm install, parallel in the shared process, overlaps the shared tests.
 own=(
-	'own:TestPullMember'
+	'own:TestPullMember|TestHungDependencies'
 )
 
 cd "$root/e2e"
