@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/remotecommand"
@@ -161,19 +162,16 @@ func TestAuditEvents(t *testing.T) {
 		t.Fatal("no-exec could exec")
 	}
 
+	// Both sinks get every event, or the checks below say which is missing.
 	var logged, posted []auditv1.Event
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		logged, posted = readAuditLog(t, logPath), hook.received()
 		done := true
 		for _, marker := range []string{"audit-websocket", "audit-spdy", "audit-refused"} {
 			done = done && findComplete(logged, name, marker) != nil && findComplete(posted, name, marker) != nil
 		}
-		if done || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // polling the sinks with a deadline
-	}
+		return done, nil
+	})
 	for _, tr := range kubectlTransports {
 		ev := findComplete(logged, name, "audit-"+tr.name)
 		if ev == nil {
@@ -260,16 +258,14 @@ func podUIDs(ctx context.Context, t *testing.T, pod, member string) (template, m
 // of pod whose command holds marker.
 func waitAuditEvent(t *testing.T, logPath, pod, marker string) *auditv1.Event {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if ev := findComplete(readAuditLog(t, logPath), pod, marker); ev != nil {
-			return ev
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ResponseComplete for the exec %q in the audit log", marker)
-		}
-		time.Sleep(200 * time.Millisecond) // polling the sink with a deadline
+	var ev *auditv1.Event
+	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		ev = findComplete(readAuditLog(t, logPath), pod, marker)
+		return ev != nil, nil
+	}); err != nil {
+		t.Fatalf("no ResponseComplete for the exec %q in the audit log: %v", marker, err)
 	}
+	return ev
 }
 
 // testRecordedTTYSession: a TTY exec through the gateway started with

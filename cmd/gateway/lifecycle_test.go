@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -84,11 +85,10 @@ func leaseHolder(t *testing.T, kube *kubefake.Clientset) string {
 func waitHolder(t *testing.T, kube *kubefake.Clientset, want string, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for leaseHolder(t, kube) != want {
-		if time.Since(start) > within {
-			t.Fatalf("lease held by %q after %s, want %q", leaseHolder(t, kube), within, want)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the observable condition
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		return leaseHolder(t, kube) == want, nil
+	}); err != nil {
+		t.Fatalf("lease held by %q after %s, want %q", leaseHolder(t, kube), within, want)
 	}
 	return time.Since(start)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -42,28 +43,26 @@ func (s *captureSink) Enqueue(ev []byte) bool {
 // waitEvents polls until n events were written, and decodes them.
 func (s *captureSink) waitEvents(t *testing.T, n int) []audit.Event {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got [][]byte
+	_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		s.mu.Lock()
-		got := append([][]byte(nil), s.events...)
-		s.mu.Unlock()
-		if len(got) >= n || time.Now().After(deadline) {
-			if len(got) != n {
-				t.Fatalf("%d audit events, want %d: %s", len(got), n, bytes.Join(got, []byte("\n")))
-			}
-			out := make([]audit.Event, n)
-			for i, b := range got {
-				if bytes.Contains(b, []byte("caller-token")) {
-					t.Fatalf("an audit event holds the bearer token: %s", b)
-				}
-				if err := json.Unmarshal(b, &out[i]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return out
-		}
-		time.Sleep(10 * time.Millisecond) // polling an observable condition with a deadline
+		defer s.mu.Unlock()
+		got = append([][]byte(nil), s.events...)
+		return len(got) >= n, nil
+	})
+	if len(got) != n {
+		t.Fatalf("%d audit events, want %d: %s", len(got), n, bytes.Join(got, []byte("\n")))
 	}
+	out := make([]audit.Event, n)
+	for i, b := range got {
+		if bytes.Contains(b, []byte("caller-token")) {
+			t.Fatalf("an audit event holds the bearer token: %s", b)
+		}
+		if err := json.Unmarshal(b, &out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
 
 func newCapturingAuditor() (*audit.Auditor, *captureSink) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
@@ -99,12 +100,10 @@ func BenchmarkAuditRecordingCost(b *testing.B) {
 			if open := i + 1; open%openWave != 0 && open != n {
 				continue
 			}
-			deadline := time.Now().Add(2 * time.Minute)
-			for countTemp(b, env) < i+1 {
-				if time.Now().After(deadline) {
-					b.Fatalf("%d of %d sessions recording", countTemp(b, env), i+1)
-				}
-				time.Sleep(50 * time.Millisecond) // polling the recordings being written, with a deadline
+			if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+				return countTemp(b, env) >= i+1, nil
+			}); err != nil {
+				b.Fatalf("%d of %d sessions recording", countTemp(b, env), i+1)
 			}
 		}
 		rss := processRSS(b)
@@ -136,12 +135,10 @@ func waitRecordingsWritten(b *testing.B, env *execEnv) {
 	if env.proxy.recorder == nil {
 		return
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for countTemp(b, env) > 0 {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d recordings still being written 2m after their sessions ended", countTemp(b, env))
-		}
-		time.Sleep(50 * time.Millisecond) // polling the recordings being finished, with a deadline
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return countTemp(b, env) == 0, nil
+	}); err != nil {
+		b.Fatalf("%d recordings still being written 2m after their sessions ended", countTemp(b, env))
 	}
 }
 
