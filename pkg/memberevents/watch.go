@@ -493,6 +493,9 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 	})
 	res, err := m.mg.gw.GetAuthorized(ctx, m.em.r, eventsAccess(m.em, "watch"), path, "application/json")
 	if err != nil {
+		if ctx.Err() != nil {
+			return cursor, nil // the pod moved (or the client left) while the watch opened: not an outage
+		}
 		return cursor, err
 	}
 	defer res.Body.Close()

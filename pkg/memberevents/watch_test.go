@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
@@ -57,6 +59,9 @@ type fakeMember struct {
 	listRV string
 	code   int // refuse lists and watches with it; 0 serves them
 	watch  chan string
+	// holdWatch, when set, holds a watch's response headers until it is
+	// closed or the request ends: a watch still being opened.
+	holdWatch chan struct{}
 }
 
 func newFakeWatchAPI() *fakeWatchAPI {
@@ -138,8 +143,15 @@ func (a *fakeWatchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for name, m := range a.members {
 		if r.URL.Path == karmada.ClusterProxyPath(name, "/api/v1/namespaces/ci/events") {
 			a.mu.Lock()
-			code, list := m.code, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: m.listRV}, Items: m.items}
+			code, list, hold := m.code, &corev1.EventList{ListMeta: metav1.ListMeta{ResourceVersion: m.listRV}, Items: m.items}, m.holdWatch
 			a.mu.Unlock()
+			if isWatch && hold != nil {
+				select {
+				case <-hold:
+				case <-r.Context().Done():
+					return
+				}
+			}
 			serveFakeEvents(w, r, isWatch, code, list, m.watch)
 			return
 		}
@@ -448,6 +460,32 @@ func TestEventsWatchFollowsPlacement(t *testing.T) {
 	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.9", karmadaRV)
 	api.member("member2").watch <- eventLine("ADDED", testEvent("build.10", "9", "member2-uid", "Started"))
 	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.10", karmadaRV)
+}
+
+// TestEventsWatchMoveWhileMemberWatchOpens: the pod moves while the merge
+// is still opening its watch on the old member (no response headers yet).
+// The merge gives that watch up for the new member's events, without a
+// Warning that the old member's events are unavailable: a move is not an
+// outage. (Found under CI load, where the move's check cancelled the
+// watch request mid-flight and its "context canceled" was reported.)
+func TestEventsWatchMoveWhileMemberWatchOpens(t *testing.T) {
+	api := newFakeWatchAPI()
+	api.members["member1"].holdWatch = make(chan struct{}) // never answered
+	res := &movingResolver{}
+	gw, _ := watchGateway(t, api, res, proxy.Options{})
+	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+
+	res.place("member1")
+	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+	memberEvents := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
+	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.ContainsFunc(api.requests(memberEvents), func(r *http.Request) bool { return r.URL.Query().Get("watch") == "true" }), nil
+	}); err != nil {
+		t.Fatalf("the merge never opened member1's watch: %v", err)
+	}
+	res.place("member2")
+	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.9", karmadaRV)
 }
 
 // TestEventsWatchReportsMemberFailure: a member that cannot be read is
