@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/admission"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/auth"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/labeler"
@@ -151,6 +152,9 @@ func run(ctx context.Context, o *options) error {
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
 		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
 		UpstreamHeaderTimeout: o.upstreamHeaderTimeout,
+	}
+	if o.admissionCacheTTL > 0 && popts.AuthMode == proxy.AuthPassthrough {
+		popts.Admissions = admission.NewCache(o.admissionCacheTTL)
 	}
 	if o.mergeMemberEvents {
 		popts.Events = func(gw *proxy.Proxy) (proxy.EventsMerger, error) {

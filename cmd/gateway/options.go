@@ -49,6 +49,7 @@ type options struct {
 	authTimeout           time.Duration
 	memberTimeout         time.Duration
 	memberCopyCacheTTL    time.Duration
+	admissionCacheTTL     time.Duration
 	kubeAPITimeout        time.Duration
 }
 
@@ -100,6 +101,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.authTimeout, "auth-timeout", auth.DefaultTimeout, "authorize mode: time karmada-apiserver has to answer each TokenReview and SubjectAccessReview; past it the client gets a 504 Status")
 	fs.DurationVar(&o.memberTimeout, "member-timeout", memberevents.DefaultMemberTimeout, "time a member cluster has, through its cluster proxy, to answer the reads the gateway makes on its own: its events merged into a pod's events list (past it the list carries karmada-apiserver's events and a Warning), and in authorize mode the check that the member's pod is the template's copy")
 	fs.DurationVar(&o.memberCopyCacheTTL, "member-copy-cache-ttl", 0, "authorize mode: how long a member pod read for the check that it is the template's copy is reused for later streams to it (0 = read before every stream). Saves a round trip through the cluster proxy per exec and attach; a member object that Karmada does not manage, put in place of Karmada's copy, may be reached as the gateway for up to this long (a template deleted and recreated is refused at once: the check compares the template's current UID)")
+	fs.DurationVar(&o.admissionCacheTTL, "admission-cache-ttl", 0, "passthrough mode: how long karmada-apiserver's 200 to the admission check (a GET of the pod or Service with the caller's own headers, before each stream) is reused for the same headers and object (0 = check before every stream). Saves a round trip per exec and attach; a caller whose access to the object is revoked can still open streams to it for up to this long (Karmada's cluster proxy and the member still check each one)")
 	fs.DurationVar(&o.kubeAPITimeout, "kube-api-timeout", 10*time.Second, "time karmada-apiserver has to answer each of the gateway's own requests other than watches: label patches, Lease reads and updates of leader election, the startup check for the Pod status interpreter")
 	return o
 }
@@ -141,6 +143,9 @@ func (o *options) validate() error {
 	}
 	if o.shutdownGrace < 0 {
 		return fmt.Errorf("--shutdown-grace-period must not be negative")
+	}
+	if o.admissionCacheTTL < 0 {
+		return fmt.Errorf("--admission-cache-ttl must not be negative (0 checks before every stream)")
 	}
 	if o.memberCopyCacheTTL < 0 {
 		return fmt.Errorf("--member-copy-cache-ttl must not be negative (0 reads before every stream)")

@@ -107,3 +107,30 @@ func TestDeadlineFlags(t *testing.T) {
 		t.Errorf("parsed %v %v %v %v", o.upstreamHeaderTimeout, o.authTimeout, o.memberTimeout, o.kubeAPITimeout)
 	}
 }
+
+// TestCacheTTLFlags: the opt-in caches take a duration, off by default, and
+// refuse a negative one.
+func TestCacheTTLFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{nil, ""},
+		{[]string{"--admission-cache-ttl=5s", "--member-copy-cache-ttl=5s"}, ""},
+		{[]string{"--admission-cache-ttl=-1s"}, "--admission-cache-ttl must not be negative"},
+		{[]string{"--member-copy-cache-ttl=-1s"}, "--member-copy-cache-ttl must not be negative"},
+	} {
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		o := bindFlags(fs)
+		if err := fs.Parse(append([]string{"--insecure-serve-http"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.validate(); (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%v: validate() = %v, want %q", tc.args, err, tc.wantErr)
+		}
+	}
+	o := bindFlags(flag.NewFlagSet("gateway", flag.ContinueOnError))
+	if o.admissionCacheTTL != 0 || o.memberCopyCacheTTL != 0 {
+		t.Errorf("defaults %v, %v; want both caches off", o.admissionCacheTTL, o.memberCopyCacheTTL)
+	}
+}

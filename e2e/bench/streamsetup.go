@@ -81,13 +81,15 @@ type streamPath struct {
 	gateway, clusterProxy bool
 }
 
-// memberCopyCacheTTL is the --member-copy-cache-ttl of the third gateway.
-const memberCopyCacheTTL = "5s"
+// memberCopyCacheTTL is the --member-copy-cache-ttl of the third gateway,
+// admissionCacheTTL the --admission-cache-ttl of the fourth.
+const memberCopyCacheTTL, admissionCacheTTL = "5s", "5s"
 
-// streamPaths are the gateway in passthrough (the environment's), in
-// authorize mode as it starts by default and with --member-copy-cache-ttl
-// (two more gateway processes, started here; stop stops them), Karmada's
-// cluster proxy and, when withMember, the member's own apiserver.
+// streamPaths are the gateway in passthrough (the environment's) and with
+// --admission-cache-ttl, in authorize mode as it starts by default and with
+// --member-copy-cache-ttl (three more gateway processes, started here; stop
+// stops them), Karmada's cluster proxy and, when withMember, the member's
+// own apiserver.
 func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []streamPath, stop func(), err error) {
 	p, err := r.rewrittenPaths(env.UserExecOnly)
 	if err != nil {
@@ -102,8 +104,15 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 		x.Stop()
 		return nil, nil, fmt.Errorf("start a gateway in authorize mode with --member-copy-cache-ttl: %w", err)
 	}
+	xa, err := r.Env.StartExtraGateway(ctx, "gateway-passthrough-cached", "--admission-cache-ttl="+admissionCacheTTL)
+	if err != nil {
+		x.Stop()
+		xc.Stop()
+		return nil, nil, fmt.Errorf("start a gateway with --admission-cache-ttl: %w", err)
+	}
 	out = []streamPath{
 		{name: "gateway passthrough", cfg: p.gateway, gateway: true},
+		{name: "gateway passthrough, admission cache " + admissionCacheTTL, cfg: unlimited(xa.Config(env.UserExecOnly)), gateway: true},
 		{name: "gateway authorize", cfg: unlimited(x.Config(env.UserExecOnly)), gateway: true},
 		{name: "gateway authorize, copy cache " + memberCopyCacheTTL, cfg: unlimited(xc.Config(env.UserExecOnly)), gateway: true},
 		{name: "cluster proxy", cfg: p.direct, clusterProxy: true},
@@ -111,7 +120,7 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 	if withMember {
 		out = append(out, streamPath{name: "member", cfg: unlimited(r.Env.MemberConfig(r.member))})
 	}
-	return out, func() { x.Stop(); xc.Stop() }, nil
+	return out, func() { x.Stop(); xc.Stop(); xa.Stop() }, nil
 }
 
 // streamTimes are one path's time to 101 and time to exit status.
@@ -165,10 +174,11 @@ func (r *Runner) StreamSetup(ctx context.Context) (*Table, error) {
 		Note: fmt.Sprintf("%d sessions of `exec -- true` per path, protocol and concurrency, in %d interleaved rounds (paths forwards, then backwards), "+
 			"after one warm-up session per path; each session on a new connection as kubectl opens it (client-go's own executors), timed from the first byte sent, "+
 			"the executor built beforehand. Time to 101: until the response headers of `101 Switching Protocols`; to exit: until the executor returned the exit status. "+
-			"Ratios are to the cluster proxy in the same run. Paths: the gateway in passthrough (`%s`, admission GET as the caller first) and in authorize mode "+
-			"(a second gateway process, authorization cached for `--auth-cache-ttl`; and a third with `--member-copy-cache-ttl=%s`), all forwarding to the cluster proxy; the cluster proxy directly; "+
+			"Ratios are to the cluster proxy in the same run. Paths: the gateway in passthrough (`%s`, admission GET as the caller first; and another gateway process "+
+			"with `--admission-cache-ttl=%s`, which reuses the admission GET's 200) and in authorize mode "+
+			"(a third gateway process, authorization cached for `--auth-cache-ttl`; and a fourth with `--member-copy-cache-ttl=%s`), all forwarding to the cluster proxy; the cluster proxy directly; "+
 			"the member's kube-apiserver directly (user admin: the bench user exists only in Karmada).",
-			r.Sizes.StreamSamples, r.Sizes.Rounds, env.UserExecOnly, memberCopyCacheTTL) + r.proxyNote("Cluster proxy"),
+			r.Sizes.StreamSamples, r.Sizes.Rounds, env.UserExecOnly, admissionCacheTTL, memberCopyCacheTTL) + r.proxyNote("Cluster proxy"),
 	}
 	for _, proto := range protocols {
 		urls := make([]*url.URL, len(ps))

@@ -76,7 +76,7 @@
 //     and identity headers (a WebSocket subprotocol token as Authorization,
 //     identity.PlainRequestHeader).
 //     Any answer but 200 is relayed as it came, so a caller it refuses learns
-//     nothing about placement. Nothing is cached.
+//     nothing about placement. A 200 is reused only with Options.Admissions.
 //   - Authorize mode (pkg/identity on the wire): rewritten routes are authorized by the
 //     Authorizer with the verbs kube-apiserver checks for the method
 //     (identity.PodStreamRequests: GET of exec, attach and portforward needs

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/admission"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
@@ -99,6 +100,8 @@ type Options struct {
 	// (follow=true), whose headers wait for the container's first line.
 	// 0 is DefaultUpstreamHeaderTimeout; negative is none.
 	UpstreamHeaderTimeout time.Duration
+	// Admissions reuses passthrough admission checks' 200s; nil: none.
+	Admissions *admission.Cache
 }
 
 // Proxy is the gateway's HTTP handler.
@@ -116,6 +119,7 @@ type Proxy struct {
 	events     EventsMerger
 	auditor    Auditor
 	recorder   *recording.Recorder
+	admissions *admission.Cache
 	// logEndWindow is Options.LogEndWindow, defaulted.
 	logEndWindow time.Duration
 	// headerTimeout is Options.UpstreamHeaderTimeout, defaulted.
@@ -157,19 +161,19 @@ func New(opts Options) (*Proxy, error) {
 		opts.UpstreamHeaderTimeout = DefaultUpstreamHeaderTimeout
 	}
 	p := &Proxy{
-		upstream:     up,
-		resolver:     opts.Resolver,
-		services:     opts.ServiceResolver,
-		authMode:     opts.AuthMode,
-		authorizer:   opts.Authorizer,
-		metrics:      opts.Metrics,
-		series:       metrics.NewRequestSeries(opts.Metrics),
-		limiter:      streamlimit.New(opts.MaxStreams, opts.MaxStreamsPerClient),
-		logEndWindow: opts.LogEndWindow,
-		auditor:      opts.Auditor,
-		recorder:     opts.Recorder,
-		inflight:     inflight.New(),
-
+		upstream:      up,
+		resolver:      opts.Resolver,
+		services:      opts.ServiceResolver,
+		authMode:      opts.AuthMode,
+		authorizer:    opts.Authorizer,
+		metrics:       opts.Metrics,
+		series:        metrics.NewRequestSeries(opts.Metrics),
+		limiter:       streamlimit.New(opts.MaxStreams, opts.MaxStreamsPerClient),
+		logEndWindow:  opts.LogEndWindow,
+		auditor:       opts.Auditor,
+		recorder:      opts.Recorder,
+		admissions:    opts.Admissions,
+		inflight:      inflight.New(),
 		headerTimeout: opts.UpstreamHeaderTimeout,
 	}
 	p.reverse = &httputil.ReverseProxy{
@@ -393,12 +397,10 @@ func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logg
 	return true
 }
 
-// partialObjectMetadataJSON asks for an object's metadata only: the
-// admission check needs karmada-apiserver's verdict, not the object.
+// partialObjectMetadataJSON: the admission check needs a verdict, not the object.
 const partialObjectMetadataJSON = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
-// maxCheckBodyBytes bounds what the gateway reads of an admission check's
-// answer; a Status is far smaller.
+// maxCheckBodyBytes bounds what is read of an admission check's answer (a Status).
 const maxCheckBodyBytes = 1 << 20
 
 // admittedByKarmada lets karmada-apiserver speak first in passthrough mode.
@@ -410,7 +412,7 @@ const maxCheckBodyBytes = 1 << 20
 // headers, from karmada-apiserver's watch cache (resourceVersion=0, so no
 // etcd read per exec). A 200 lets the request go on; any other answer is
 // karmada-apiserver's own for this caller and is relayed as it came.
-// Nothing is cached: the cache would have to be keyed on credentials.
+// With Options.Admissions a 200 is reused for the same headers and object.
 func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resource, namespace, name string) bool {
 	state := stateFrom(r.Context())
 	if !p.holdStream(w, r, state) { // a refused stream sends nothing upstream, the check included
@@ -430,8 +432,16 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		return false
 	}
 	path := "/api/v1/namespaces/" + namespace + "/" + resource + "/" + name + "?resourceVersion=0"
+	as := upstreamIdentity{editHeader: edit}
+	var key admission.Key
+	if p.admissions != nil {
+		key = admission.KeyOf(checkHeader(r, as, partialObjectMetadataJSON), path)
+	}
+	if p.admissions.Admitted(key) {
+		return true
+	}
 	done := state.phases.TimeCheck("admission")
-	res, err := p.getAccepting(r.Context(), r, upstreamIdentity{editHeader: edit}, path, partialObjectMetadataJSON)
+	res, err := p.getAccepting(r.Context(), r, as, path, partialObjectMetadataJSON)
 	done()
 	if err != nil {
 		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s %s/%s: %w", resource, namespace, name, err))
@@ -444,6 +454,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		return false
 	}
 	if res.StatusCode == http.StatusOK {
+		p.admissions.Remember(key)
 		return true
 	}
 	klog.FromContext(r.Context()).V(2).Info("karmada-apiserver refused the caller", "resource", resource, "namespace", namespace, "name", name, "code", res.StatusCode)

@@ -62,13 +62,19 @@ func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamId
 	if err != nil {
 		return nil, err
 	}
-	req.Header = r.Header.Clone()
-	for _, h := range []string{"Connection", "Upgrade", "Te", "Trailer", "Transfer-Encoding", "Keep-Alive", "Proxy-Connection", "Accept-Encoding", "Content-Length"} {
-		req.Header.Del(h)
-	}
-	req.Header.Set("Accept", accept)
-	if as.editHeader != nil {
-		as.editHeader(req.Header)
-	}
+	req.Header = checkHeader(r, as, accept)
 	return upstream.RoundTripWithin(p.upstream.For(as.gateway, false), req, p.headerTimeout, upstream.NameOf(pathAndQuery))
+}
+
+// checkHeader: r's headers as a GET on its behalf sends them as as.
+func checkHeader(r *http.Request, as upstreamIdentity, accept string) http.Header {
+	h := r.Header.Clone()
+	for _, name := range []string{"Connection", "Upgrade", "Te", "Trailer", "Transfer-Encoding", "Keep-Alive", "Proxy-Connection", "Accept-Encoding", "Content-Length"} {
+		h.Del(name)
+	}
+	h.Set("Accept", accept)
+	if as.editHeader != nil {
+		as.editHeader(h)
+	}
+	return h
 }
