@@ -114,15 +114,11 @@ func recordingFiles(dir string) (open, written int, err error) {
 // (recordedCheck.verify), or the section is not measured.
 func (r *Runner) RecordedSessions(ctx context.Context) (*Table, error) {
 	n := r.Sizes.RecordedSessions
-	dir, err := os.MkdirTemp("", "bench-recorded-sessions-")
+	dir, recordings, auditLog, err := recordingDirs("bench-recorded-sessions-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	recordings, auditLog := filepath.Join(dir, "recordings"), filepath.Join(dir, "audit.log")
-	if err := os.Mkdir(recordings, 0o700); err != nil {
-		return nil, err
-	}
 	gateways := []recordedGateway{
 		{name: "gateway-unrecorded", label: "recording and audit off",
 			args: []string{"--max-streams-per-client=0", "--record-sessions=none"}},
@@ -173,6 +169,20 @@ func (r *Runner) RecordedSessions(ctx context.Context) (*Table, error) {
 		t.Add(gateways[1].label, strconv.Itoa(scaleStreamsTarget), "not in this run's sizes", "", "", "", "", "", "", "", recordedTargetRow, string(NotMeasured))
 	}
 	return t, nil
+}
+
+// recordingDirs makes a temporary directory for a recorded gateway (the
+// caller removes dir): its recording directory and audit log path.
+func recordingDirs(prefix string) (dir, recordings, auditLog string, err error) {
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", "", err
+	}
+	recordings, auditLog = filepath.Join(dir, "recordings"), filepath.Join(dir, "audit.log")
+	if err := os.Mkdir(recordings, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return "", "", "", err
+	}
+	return dir, recordings, auditLog, nil
 }
 
 // flags are args as the table's note shows them: the temporary directory

@@ -51,15 +51,11 @@ type recordedExecRun struct {
 // its own process_cpu_seconds_total around its sessions, so the table gives
 // the CPU recording costs beside what a client sees of it.
 func (r *Runner) RecordedExec(ctx context.Context) (*Table, error) {
-	dir, err := os.MkdirTemp("", "bench-recorded-exec-")
+	dir, recordings, auditLog, err := recordingDirs("bench-recorded-exec-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	recordings, auditLog := filepath.Join(dir, "recordings"), filepath.Join(dir, "audit.log")
-	if err := os.Mkdir(recordings, 0o700); err != nil {
-		return nil, err
-	}
 	// The caps must not cut a session short: a truncated recording stops
 	// writing, which would flatter the recorded figure.
 	size, rounds := r.Sizes.RecordedExecBytes, r.Sizes.RecordedExecRounds

@@ -445,47 +445,41 @@ func TestEventsWatchResumes(t *testing.T) {
 
 // TestEventsWatchFollowsPlacement: executors open the events watch right
 // after creating the pod, before Karmada places it; member events join when
-// it is placed, and follow it to another cluster.
+// it is placed, and follow it to another cluster. Also when the pod moves
+// while the merge is still opening its watch on the old member (its
+// response headers held): that watch is given up for the new member's
+// events without a Warning that the old member's events are unavailable,
+// since a move is not an outage. (CI's load once made the move's check
+// cancel such a request, and its "context canceled" was reported.)
 func TestEventsWatchFollowsPlacement(t *testing.T) {
-	api := newFakeWatchAPI()
-	res := &movingResolver{}
-	gw, _ := watchGateway(t, api, res, proxy.Options{})
-	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
-	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
+	for _, opening := range []bool{false, true} {
+		t.Run(map[bool]string{false: "member watch open", true: "member watch still opening"}[opening], func(t *testing.T) {
+			api := newFakeWatchAPI()
+			if opening {
+				api.members["member1"].holdWatch = make(chan struct{}) // never answered
+			}
+			res := &movingResolver{}
+			gw, _ := watchGateway(t, api, res, proxy.Options{})
+			w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
+			wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
 
-	res.place("member1")
-	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+			res.place("member1")
+			wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
+			if opening {
+				memberEvents := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
+				if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+					return slices.ContainsFunc(api.requests(memberEvents), func(r *http.Request) bool { return r.URL.Query().Get("watch") == "true" }), nil
+				}); err != nil {
+					t.Fatalf("the merge never opened member1's watch: %v", err)
+				}
+			}
 
-	res.place("member2")
-	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.9", karmadaRV)
-	api.member("member2").watch <- eventLine("ADDED", testEvent("build.10", "9", "member2-uid", "Started"))
-	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.10", karmadaRV)
-}
-
-// TestEventsWatchMoveWhileMemberWatchOpens: the pod moves while the merge
-// is still opening its watch on the old member (no response headers yet).
-// The merge gives that watch up for the new member's events, without a
-// Warning that the old member's events are unavailable: a move is not an
-// outage. (Found under CI load, where the move's check cancelled the
-// watch request mid-flight and its "context canceled" was reported.)
-func TestEventsWatchMoveWhileMemberWatchOpens(t *testing.T) {
-	api := newFakeWatchAPI()
-	api.members["member1"].holdWatch = make(chan struct{}) // never answered
-	res := &movingResolver{}
-	gw, _ := watchGateway(t, api, res, proxy.Options{})
-	w := openWatch(t, gw, "fieldSelector=involvedObject.name%3Dbuild&watch=true")
-	wantEvent(t, w.next(t), "ADDED", "build.karmada", "4700")
-
-	res.place("member1")
-	wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
-	memberEvents := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
-	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return slices.ContainsFunc(api.requests(memberEvents), func(r *http.Request) bool { return r.URL.Query().Get("watch") == "true" }), nil
-	}); err != nil {
-		t.Fatalf("the merge never opened member1's watch: %v", err)
+			res.place("member2")
+			wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.9", karmadaRV)
+			api.member("member2").watch <- eventLine("ADDED", testEvent("build.10", "9", "member2-uid", "Started"))
+			wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.10", karmadaRV)
+		})
 	}
-	res.place("member2")
-	wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.9", karmadaRV)
 }
 
 // TestEventsWatchReportsMemberFailure: a member that cannot be read is
