@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +29,9 @@ func TestDemoStopsWithItsParent(t *testing.T) {
 	workDir := filepath.Join(dir, "work")
 	// bash waits for the demo as make does, and dies of SIGTERM.
 	parent := exec.Command("bash", "-c", `"$0" --work-dir "$1" & wait`, bin, workDir)
+	// E2E_KEEP=1, set for the suite's own work dirs, would keep the demo's,
+	// which this test checks is removed.
+	parent.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "E2E_KEEP=") })
 	stdout, err := parent.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
