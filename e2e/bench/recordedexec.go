@@ -146,11 +146,8 @@ func (r *Runner) recordedExecSession(ctx context.Context, p recordedExecPath, pr
 		if p.metricsURL == "" {
 			return 0, nil
 		}
-		v, err := r.scrape(ctx, p.metricsURL, "process_cpu_seconds_total")
-		if err != nil {
-			return 0, err
-		}
-		return v[0], nil
+		s, err := r.processAt(ctx, p.metricsURL)
+		return s.cpu, err
 	}
 	cpu0, err := cpu()
 	if err != nil {
@@ -197,7 +194,6 @@ func (r *Runner) recordedExecSession(ctx context.Context, p recordedExecPath, pr
 // gateway counted no recording failure, and removes it.
 func (r *Runner) takeRecording(ctx context.Context, p recordedExecPath, minSize int64) error {
 	var open, written int
-	var failures float64
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, recordingsWrittenTimeout, true, func(ctx context.Context) (bool, error) {
 		var err error
 		if open, written, err = recordingFiles(p.recordings); err != nil {
@@ -212,7 +208,7 @@ func (r *Runner) takeRecording(ctx context.Context, p recordedExecPath, minSize 
 	if err != nil {
 		return err
 	}
-	if failures = v[0] + v[1] + v[2]; failures > 0 {
+	if failures := v[0] + v[1] + v[2]; failures > 0 {
 		return fmt.Errorf("karmada_gateway_recording_failures_total is %v", failures)
 	}
 	casts, err := filepath.Glob(filepath.Join(p.recordings, "*.cast"))

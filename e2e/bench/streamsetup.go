@@ -95,32 +95,34 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 	if err != nil {
 		return nil, nil, err
 	}
-	x, err := r.Env.StartExtraGateway(ctx, "gateway-authorize", "--auth-mode=authorize")
-	if err != nil {
-		return nil, nil, fmt.Errorf("start a gateway in authorize mode: %w", err)
+	var started []*env.ExtraGateway
+	stop = func() {
+		for _, x := range started {
+			x.Stop()
+		}
 	}
-	xc, err := r.Env.StartExtraGateway(ctx, "gateway-authorize-cached", "--auth-mode=authorize", "--member-copy-cache-ttl="+memberCopyCacheTTL)
-	if err != nil {
-		x.Stop()
-		return nil, nil, fmt.Errorf("start a gateway in authorize mode with --member-copy-cache-ttl: %w", err)
+	out = []streamPath{{name: "gateway passthrough", cfg: p.gateway, gateway: true}}
+	for _, g := range []struct {
+		name, label string
+		args        []string
+	}{
+		{"gateway-passthrough-cached", "gateway passthrough, admission cache " + admissionCacheTTL, []string{"--admission-cache-ttl=" + admissionCacheTTL}},
+		{"gateway-authorize", "gateway authorize", []string{"--auth-mode=authorize"}},
+		{"gateway-authorize-cached", "gateway authorize, copy cache " + memberCopyCacheTTL, []string{"--auth-mode=authorize", "--member-copy-cache-ttl=" + memberCopyCacheTTL}},
+	} {
+		x, err := r.Env.StartExtraGateway(ctx, g.name, g.args...)
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("start a gateway with %s: %w", strings.Join(g.args, " "), err)
+		}
+		started = append(started, x)
+		out = append(out, streamPath{name: g.label, cfg: unlimited(x.Config(env.UserExecOnly)), gateway: true})
 	}
-	xa, err := r.Env.StartExtraGateway(ctx, "gateway-passthrough-cached", "--admission-cache-ttl="+admissionCacheTTL)
-	if err != nil {
-		x.Stop()
-		xc.Stop()
-		return nil, nil, fmt.Errorf("start a gateway with --admission-cache-ttl: %w", err)
-	}
-	out = []streamPath{
-		{name: "gateway passthrough", cfg: p.gateway, gateway: true},
-		{name: "gateway passthrough, admission cache " + admissionCacheTTL, cfg: unlimited(xa.Config(env.UserExecOnly)), gateway: true},
-		{name: "gateway authorize", cfg: unlimited(x.Config(env.UserExecOnly)), gateway: true},
-		{name: "gateway authorize, copy cache " + memberCopyCacheTTL, cfg: unlimited(xc.Config(env.UserExecOnly)), gateway: true},
-		{name: "cluster proxy", cfg: p.direct, clusterProxy: true},
-	}
+	out = append(out, streamPath{name: "cluster proxy", cfg: p.direct, clusterProxy: true})
 	if withMember {
 		out = append(out, streamPath{name: "member", cfg: unlimited(r.Env.MemberConfig(r.member))})
 	}
-	return out, func() { x.Stop(); xc.Stop(); xa.Stop() }, nil
+	return out, stop, nil
 }
 
 // streamTimes are one path's time to 101 and time to exit status.

@@ -50,7 +50,7 @@ func TestPassthroughAdmissionCache(t *testing.T) {
 			p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodGet, s.target, s.header, ""))
 			checks := 0
 			for _, r := range k.requests()[before:] {
-				if r.URL.Query().Get("resourceVersion") == "0" {
+				if proxytest.IsAdmissionCheck(r) {
 					checks++
 				}
 			}
