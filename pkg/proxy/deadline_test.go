@@ -101,14 +101,14 @@ func TestHeaderTimeoutSparesStreams(t *testing.T) {
 	// upstream holding its answer until the client has waited that long.
 	const outlive = 5 * timeout
 	up := hangingUpstream(t, func(*http.Request) bool { return false }, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("follow") == "true" {
-			time.Sleep(outlive) // the silent container: no headers yet
+		if r.URL.Query().Get("follow") == "true" && !proxytest.StaySilent(r, outlive) { // the silent container: no headers yet
+			return
 		}
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
-		if r.URL.Query().Get("watch") == "true" {
-			time.Sleep(outlive) // a watch with no event for a while
+		if r.URL.Query().Get("watch") == "true" && !proxytest.StaySilent(r, outlive) { // a watch with no event for a while
+			return
 		}
 		io.WriteString(w, "line\n")
 	})

@@ -325,3 +325,18 @@ func RefusedAddr(t testing.TB) string {
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
+
+// StaySilent holds a fake upstream's next write back for d, as a quiet or
+// hung server does, and reports whether d passed: false when the request
+// ended first (the client or the gateway gave up), and the handler should
+// return rather than outlive its test.
+func StaySilent(r *http.Request, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
