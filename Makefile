@@ -109,10 +109,12 @@ asciinema:
 ## test: the whole suite — unit tests of both modules beside the real e2e
 ## environment. The e2e shards spend most of their time waiting on Karmada and
 ## the kubelets, so the unit tests run at the same time; everything they need
-## is installed first, so the two never run apt-get at once. Each one's output
-## is printed when it ends.
+## is installed first, so the two never run apt-get at once, and the e2e
+## binaries are built first, so the two never compile the same packages at
+## once. Each one's output is printed when it ends.
 test: vet tools ca-certificates
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e
+	GO=$(GO) hack/e2e.sh build
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e-run
 
 vet:
 	$(GO) vet ./...
@@ -134,6 +136,11 @@ unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 ## E2E_SHARDS=1 for one process).
 e2e: tools
 	GO=$(GO) hack/e2e.sh
+
+# e2e-run: make e2e with the binaries hack/e2e.sh build made (make test).
+.PHONY: e2e-run
+e2e-run: tools
+	GO=$(GO) hack/e2e.sh run
 
 ## e2e-hung: TestHungDependencies alone (SIGSTOP on karmada-apiserver, the
 ## aggregated apiserver, a member's apiserver and etcd, one after the other in

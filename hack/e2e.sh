@@ -13,12 +13,21 @@
 # Each shard's -v output goes to _output/e2e/<shard>.log and is printed when
 # the shard ends; the run fails if any shard fails. E2E_SHARDS=1 runs the
 # whole suite in one process, as `go test -v .` in e2e/ does.
+#
+# Usage: e2e.sh [build|run]. Without an argument it builds the binaries the
+# suite runs, then runs it. `build` alone is what make test runs before the
+# unit tests start: on a cold cache the -race gateway and `go test -race`
+# would otherwise compile the same dependencies at the same time, each in
+# its own go command, twice the work (the build cache does not share an
+# action still running); `run` then takes the binaries built.
 set -euo pipefail
+mode=${1:-all}
+case $mode in all | build | run) ;; *) echo "usage: $0 [build|run]" >&2; exit 2 ;; esac
 GO=${GO:-go}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/_output/e2e"
 mkdir -p "$out"
-rm -f "$out"/*.log "$out"/*.rc
+[[ $mode == build ]] || rm -f "$out"/*.log "$out"/*.rc
 
 # Tests that start an environment of their own (e2e/main_test.go's
 # ownEnvironmentTests), in shards named before the colon: a shard runs its
@@ -32,18 +41,25 @@ own=(
 )
 
 cd "$root/e2e"
-# Linked without DWARF, as make unit's tests: nothing here runs a debugger.
-"$GO" test -c -ldflags=-w -o "$out/e2e.test" .
-# One gateway binary for every environment of every process, built before
-# any starts: built inside an environment's start, a cold build with -race
-# (minutes on two cores) ran past its 5-minute deadline (2026-12-04).
-race=()
-[[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race)
-(cd "$root" && "$GO" build "${race[@]}" -ldflags=-w -o "$out/gateway" ./cmd/gateway)
+if [[ $mode != run ]]; then
+	rm -f "$out/e2e.test" "$out/gateway" "$out/gateway-static"
+	# Linked without DWARF, as make unit's tests: nothing here runs a debugger.
+	"$GO" test -c -ldflags=-w -o "$out/e2e.test" .
+	# One gateway binary for every environment of every process, built before
+	# any starts: built inside an environment's start, a cold build with -race
+	# (minutes on two cores) ran past its 5-minute deadline (2026-12-04).
+	race=()
+	[[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race)
+	(cd "$root" && "$GO" build "${race[@]}" -ldflags=-w -o "$out/gateway" ./cmd/gateway)
+	# The Helm test's host cluster runs the gateway image's static binary, a
+	# build of its own, which a cold cache also took past that deadline.
+	"$GO" run ./cmd/gateway-image -repo "$root" -binary-only "$out/gateway-static"
+fi
+[[ $mode == build ]] && exit 0
+for b in e2e.test gateway gateway-static; do
+	[[ -x $out/$b ]] || { echo "e2e: $out/$b is missing: run $0 build first" >&2; exit 1; }
+done
 export E2E_GATEWAY_BINARY="$out/gateway"
-# The Helm test's host cluster runs the gateway image's static binary, a
-# build of its own, which a cold cache also took past that deadline.
-"$GO" run ./cmd/gateway-image -repo "$root" -binary-only "$out/gateway-static"
 export E2E_HOST_GATEWAY_BINARY="$out/gateway-static"
 
 declare -A pids
