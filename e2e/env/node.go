@@ -332,7 +332,11 @@ func kubeletConfig(n *node, serving *keyPair, caFile string) *kubeletv1beta1.Kub
 		ImageGCHighThresholdPercent:  new(int32(100)),
 		ImageGCLowThresholdPercent:   new(int32(99)),
 		PodLogsDir:                   filepath.Join(n.dir, "pod-logs"),
-		VolumePluginDir:              filepath.Join(n.dir, "volume-plugins"),
+		// The bench reads a 64 MiB log whole (make bench, logs): at the
+		// default 10Mi the kubelet rotated it away, and every read of it got
+		// only the newest, empty file.
+		ContainerLogMaxSize: "128Mi",
+		VolumePluginDir:     filepath.Join(n.dir, "volume-plugins"),
 		// No host DNS configuration in pods. The cluster DNS address is the
 		// host's on the bridge, where no DNS server listens: pods get the
 		// resolv.conf of a cluster, and a lookup fails at once, locally.
