@@ -504,3 +504,20 @@ func BenchmarkEventsList(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUpgradeOpen opens one upgraded stream per op, each on a new
+// TLS connection as kubectl and client-go's executors open them, and
+// closes it: what an executor's short exec costs the gateway besides its
+// bytes (the client's TLS handshake, the passthrough admission GET, the
+// upstream connection and its handshake, the 101).
+func BenchmarkUpgradeOpen(b *testing.B) {
+	bt := newBenchTargets(b)
+	bt.each(b, func(b *testing.B, srv *httptest.Server) {
+		openBenchStream(b, srv).conn.Close() // the upstream's first connection up before timing
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			openBenchStream(b, srv).conn.Close()
+		}
+	})
+}
