@@ -422,13 +422,13 @@ func (m *memberEventWatch) run(ctx context.Context, cursor memberCursor) {
 				}
 				continue
 			}
+			m.outage = false
 			cursor = memberCursor{cluster: cluster, resourceVersion: rv}
 			if !m.send(ctx, memberMsg{cursor: cursor}) {
 				return
 			}
 		}
 		m.markSynced(ctx)
-		m.outage = false
 
 		started := time.Now()
 		next, err := m.watch(ctx, cursor, template)
@@ -506,6 +506,10 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 		return cursor, fmt.Errorf("HTTP %d: %s", res.StatusCode, statusMessage(body))
 	}
+	// The outage ends when the member answers, not when a retry starts:
+	// retrying a watch from its cursor lists nothing first, and each
+	// refused retry was reported as an outage of its own.
+	m.outage = false
 	dec := json.NewDecoder(res.Body)
 	for {
 		var we metav1.WatchEvent

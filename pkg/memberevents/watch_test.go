@@ -511,8 +511,25 @@ func TestEventsWatchReportsMemberFailure(t *testing.T) {
 	if got.typ != "MODIFIED" || got.event.Reason != memberUnavailableReason || got.event.Count != 2 || got.event.UID != ev.UID {
 		t.Fatalf("want the Warning event MODIFIED with count 2, got %s %+v", got.typ, got.event)
 	}
+	// Retries of the refused watch are the same outage: no other count,
+	// and so no other Warning (reportFailure sends one per count).
+	memberWatches := func() int {
+		n := 0
+		for _, r := range api.requests(karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")) {
+			if r.URL.Query().Get("watch") == "true" {
+				n++
+			}
+		}
+		return n
+	}
+	seen := memberWatches()
+	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return memberWatches() >= seen+2, nil
+	}); err != nil {
+		t.Fatalf("the member watch was not retried: %v", err)
+	}
 	if n := testutil.ToFloat64(m.MemberEventsUnavailableTotal.WithLabelValues("member1")); n != 2 {
-		t.Errorf("member_events_unavailable_total{cluster=member1} = %v, want 2 (one per outage)", n)
+		t.Errorf("member_events_unavailable_total{cluster=member1} = %v after two refused retries, want 2 (one per outage)", n)
 	}
 }
 
