@@ -71,10 +71,19 @@ type Options struct {
 	Registerer      prometheus.Registerer
 }
 
+// dirRemeasureInterval is how often, at most, the directory is read again
+// at its cap: once per session start was a scan of every recording per
+// exec, concurrently, for as long as the directory stayed full.
+const dirRemeasureInterval = time.Second
+
 // Recorder starts recordings.
 type Recorder struct {
 	opts  Options
 	total atomic.Int64 // bytes of the recordings in Dir, written ones included, measured again at the cap
+	now   func() time.Time
+
+	measureMu  sync.Mutex
+	measuredAt time.Time // when total was last read from Dir
 	// Failures counts recordings that could not be made or finished.
 	failures *prometheus.CounterVec
 	sessions prometheus.Counter
@@ -88,7 +97,7 @@ func New(opts Options) (*Recorder, error) {
 	if opts.Dir == "" || opts.MaxSessionBytes <= 0 || opts.MaxTotalBytes <= 0 {
 		return nil, errors.New("recording: a directory and positive session and total caps are required")
 	}
-	r := &Recorder{opts: opts,
+	r := &Recorder{opts: opts, now: time.Now,
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recording_failures_total",
 			Help: "Session recordings not made or not finished, by reason (start, write, cap); with fail-closed the session was refused or cut."}, []string{"reason"}),
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recordings_total",
@@ -106,9 +115,18 @@ func New(opts Options) (*Recorder, error) {
 	return r, nil
 }
 
-// measureDir sets total to what Dir holds now. Open recordings count what
-// they have flushed so far, at most their write buffer short.
+// measureDir sets total to what Dir holds now, unless it was read less
+// than dirRemeasureInterval ago. Open recordings count what they have
+// flushed so far, at most their write buffer short. Concurrent callers
+// wait for one reading.
 func (r *Recorder) measureDir() error {
+	r.measureMu.Lock()
+	defer r.measureMu.Unlock()
+	now := r.now()
+	if !r.measuredAt.IsZero() && now.Sub(r.measuredAt) < dirRemeasureInterval {
+		return nil
+	}
+	r.measuredAt = now
 	entries, err := os.ReadDir(r.opts.Dir)
 	if err != nil {
 		return fmt.Errorf("recording directory: %w", err)
@@ -167,7 +185,8 @@ func (r *Recorder) start(ns, pod string, q url.Values, tty bool, abort func()) (
 	if r.total.Load() >= r.opts.MaxTotalBytes {
 		// Operators ship recordings elsewhere and delete them: what left
 		// the directory no longer counts, so measure it again before
-		// refusing (only here, at the cap, where it matters).
+		// refusing (only here, at the cap, where it matters, and at most
+		// once per dirRemeasureInterval).
 		if err := r.measureDir(); err != nil {
 			r.failures.WithLabelValues("start").Inc()
 			return nil, err

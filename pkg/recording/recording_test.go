@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -171,6 +172,15 @@ func TestCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The directory is read again at most once per dirRemeasureInterval,
+	// not at every session start: within it the cap still refuses.
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	r.measuredAt = now
+	if _, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); err == nil {
+		t.Error("at the cap, a session start read the directory again within dirRemeasureInterval of the last reading")
+	}
+	now = now.Add(dirRemeasureInterval)
 	if name, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); name == "" || err != nil {
 		t.Errorf("after the recordings were removed: recording %q, %v; want a recording", name, err)
 	}
