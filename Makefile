@@ -5,6 +5,11 @@ GO ?= go
 BIN := $(CURDIR)/bin
 TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum hack/tools/version.mk hack/go-build-cached.sh
 include hack/tools/version.mk
+# Linked binaries kept between runs, per checkout (hack/link-cache-dir.sh says
+# why): make unit and make soak's test binaries, hack/e2e.sh's, the demo's
+# gateway (e2e/env reads it from the environment).
+LINK_CACHE ?= $(shell hack/link-cache-dir.sh)
+export LINK_CACHE
 # helm reports the Kubernetes version it renders for from link-time variables;
 # without them it renders as 1.20 and the chart's kubeVersion check fails.
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
@@ -126,10 +131,15 @@ vet:
 ## binaries are linked without DWARF (-w: stack traces and race reports keep
 ## their symbols); a fifth of each link's CPU, which the e2e suite beside
 ## them is short of.
+## The test binaries are kept in LINK_CACHE (hack/link-cache-dir.sh), where
+## go test relinks only what changed; a directory takes one binary per
+## package name, so packages without tests (e2e/bench/cmd/bench beside
+## e2e/bench) are left to make vet.
 TEST_LDFLAGS := -ldflags=-w
 unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
-	$(GO) test -race -count=1 $(TEST_LDFLAGS) ./...
-	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 $(TEST_LDFLAGS) -timeout 20m $$($(GO) list ./... | grep -v -E '/e2e$$|/e2e/cmd')
+	$(GO) test -race -count=1 $(TEST_LDFLAGS) -o $(LINK_CACHE)/unit-race/ ./...
+	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 $(TEST_LDFLAGS) -o $(LINK_CACHE)/unit-e2e/ -timeout 20m \
+		$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v -E '/e2e$$|/e2e/cmd')
 
 ## e2e: the real end-to-end suite, the Pull member and hung dependency tests
 ## in a test process beside the shared environment's (hack/e2e.sh;
@@ -193,7 +203,7 @@ fuzz:
 ## the proxy on loopback; SOAK=1m is what CI runs.
 SOAK ?= 30m
 soak:
-	$(GO) test ./pkg/proxy -count=1 $(TEST_LDFLAGS) -run TestSoak -soak $(SOAK) -timeout 60m -v
+	$(GO) test ./pkg/proxy -count=1 $(TEST_LDFLAGS) -o $(LINK_CACHE)/soak/ -run TestSoak -soak $(SOAK) -timeout 60m -v
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

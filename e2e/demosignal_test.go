@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 )
 
 // TestDemoStopsWithItsParent runs the demo (cmd/e2e-env) as `make demo`
@@ -23,8 +25,8 @@ func TestDemoStopsWithItsParent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "e2e-env")
-	if out, err := exec.Command("go", "build", "-ldflags=-w", "-o", bin, "./cmd/e2e-env").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/e2e-env: %v\n%s", err, out)
+	if err := env.GoBuild(t.Context(), ".", "./cmd/e2e-env", bin, "e2e-env", "-ldflags=-w"); err != nil {
+		t.Fatal(err)
 	}
 	workDir := filepath.Join(dir, "work")
 	// bash waits for the demo as make does, and dies of SIGTERM.

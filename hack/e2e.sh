@@ -43,14 +43,21 @@ own=(
 cd "$root/e2e"
 if [[ $mode != run ]]; then
 	rm -f "$out/e2e.test" "$out/gateway" "$out/gateway-static"
+	# Linked in the checkout's link cache, which relinks only what changed
+	# (hack/link-cache-dir.sh), and copied: a run never executes a file
+	# that another run's build may replace.
+	link=${LINK_CACHE:-$("$root/hack/link-cache-dir.sh")}/e2e
+	mkdir -p "$link"
 	# Linked without DWARF, as make unit's tests: nothing here runs a debugger.
-	"$GO" test -c -ldflags=-w -o "$out/e2e.test" .
+	"$GO" test -c -ldflags=-w -o "$link/e2e.test" .
+	cp "$link/e2e.test" "$out/e2e.test"
 	# One gateway binary for every environment of every process, built before
 	# any starts: built inside an environment's start, a cold build with -race
 	# (minutes on two cores) ran past its 5-minute deadline (2026-12-04).
-	race=()
-	[[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race)
-	(cd "$root" && "$GO" build "${race[@]}" -ldflags=-w -o "$out/gateway" ./cmd/gateway)
+	race=() gateway=gateway
+	[[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race) gateway=gateway-race
+	(cd "$root" && "$GO" build "${race[@]}" -ldflags=-w -o "$link/$gateway" ./cmd/gateway)
+	cp "$link/$gateway" "$out/gateway"
 	# The Helm test's host cluster runs the gateway image's static binary, a
 	# build of its own, which a cold cache also took past that deadline.
 	"$GO" run ./cmd/gateway-image -repo "$root" -binary-only "$out/gateway-static"

@@ -1,14 +1,12 @@
 package env
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,18 +36,10 @@ func BuildGateway(ctx context.Context, sourceDir, out string) error {
 }
 
 func buildGateway(ctx context.Context, sourceDir, out string, race bool) error {
-	args := []string{"build", "-o", out}
 	if race {
-		args = append(args, "-race")
+		return GoBuild(ctx, sourceDir, "./cmd/gateway", out, "gateway-race", "-race")
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/gateway")...)
-	cmd.Dir = sourceDir
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/gateway in %s: %w\n%s", sourceDir, err, output.String())
-	}
-	return nil
+	return GoBuild(ctx, sourceDir, "./cmd/gateway", out, "gateway")
 }
 
 func (e *Env) buildGateway(ctx context.Context) error {
