@@ -209,4 +209,4 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 clean:
-	rm -rf $(BIN) _output
+	rm -rf $(BIN) _output $(LINK_CACHE)
