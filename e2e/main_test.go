@@ -65,6 +65,7 @@ var ownEnvironmentTests = map[string]bool{
 	"TestPullMember":                     true,
 	"TestHungDependencies":               true,
 	"TestReadmeHelmInstallOnHostCluster": true,
+	"TestDemoStopsWithItsParent":         true,
 }
 
 // ownEnvironmentOnly reports whether the -run pattern selects only
