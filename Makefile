@@ -141,9 +141,9 @@ unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
 	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 $(TEST_LDFLAGS) -o $(LINK_CACHE)/unit-e2e/ -timeout 20m \
 		$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v -E '/e2e$$|/e2e/cmd')
 
-## e2e: the real end-to-end suite, the Pull member and hung dependency tests
-## in a test process beside the shared environment's (hack/e2e.sh;
-## E2E_SHARDS=1 for one process).
+## e2e: the real end-to-end suite in three shards at once: the shared
+## environment's tests, the Pull member and hung dependency tests, the Helm
+## install and the demo (hack/e2e.sh; E2E_SHARDS=1 for one process).
 e2e: tools
 	GO=$(GO) hack/e2e.sh
 
