@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -466,9 +465,8 @@ func TestEventsWatchFollowsPlacement(t *testing.T) {
 			res.place("member1")
 			wantMemberEvent(t, w.next(t), "ADDED", "member1", "build.1", karmadaRV)
 			if opening {
-				memberEvents := karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")
 				if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-					return slices.ContainsFunc(api.requests(memberEvents), func(r *http.Request) bool { return r.URL.Query().Get("watch") == "true" }), nil
+					return memberWatches(api, "member1") > 0, nil
 				}); err != nil {
 					t.Fatalf("the merge never opened member1's watch: %v", err)
 				}
@@ -480,6 +478,18 @@ func TestEventsWatchFollowsPlacement(t *testing.T) {
 			wantMemberEvent(t, w.next(t), "ADDED", "member2", "build.10", karmadaRV)
 		})
 	}
+}
+
+// memberWatches counts the watches of namespace ci's events the gateway
+// opened in cluster through the cluster proxy.
+func memberWatches(api *fakeWatchAPI, cluster string) int {
+	n := 0
+	for _, r := range api.requests(karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/ci/events")) {
+		if r.URL.Query().Get("watch") == "true" {
+			n++
+		}
+	}
+	return n
 }
 
 // TestEventsWatchReportsMemberFailure: a member that cannot be read is
@@ -513,18 +523,9 @@ func TestEventsWatchReportsMemberFailure(t *testing.T) {
 	}
 	// Retries of the refused watch are the same outage: no other count,
 	// and so no other Warning (reportFailure sends one per count).
-	memberWatches := func() int {
-		n := 0
-		for _, r := range api.requests(karmada.ClusterProxyPath("member1", "/api/v1/namespaces/ci/events")) {
-			if r.URL.Query().Get("watch") == "true" {
-				n++
-			}
-		}
-		return n
-	}
-	seen := memberWatches()
+	seen := memberWatches(api, "member1")
 	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return memberWatches() >= seen+2, nil
+		return memberWatches(api, "member1") >= seen+2, nil
 	}); err != nil {
 		t.Fatalf("the member watch was not retried: %v", err)
 	}
