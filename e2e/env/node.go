@@ -397,6 +397,15 @@ func (e *Env) startMemberControlPlane(n *node) error {
 	return nil
 }
 
+// kubeletStartAttempts bounds how often waitNodeReady starts a kubelet that
+// exited before its node was Ready. The kubelet exits 1 when a start-up step
+// fails (cAdvisor, the container manager, its internal modules) and, in its
+// own words, relies "on the babysitter to retry starting kubelet": a node's
+// systemd unit restarts it. CI saw one such exit while three environments
+// started at once. A kubelet that cannot start at all still fails the wait,
+// with its log's last line.
+const kubeletStartAttempts = 3
+
 func (e *Env) waitNodeReady(ctx context.Context, member string) error {
 	client, err := e.MemberClient(member)
 	if err != nil {
@@ -404,8 +413,12 @@ func (e *Env) waitNodeReady(ctx context.Context, member string) error {
 	}
 	n := e.nodes[member]
 	var last string
+	kubelet := restarter{p: n.kubelet, attempts: 1, max: kubeletStartAttempts, logf: e.logf}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		for _, p := range []*process{n.containerd, n.kubelet, n.scheduler, n.controllers} {
+		if err := kubelet.ensureRunning(); err != nil {
+			return false, err
+		}
+		for _, p := range []*process{n.containerd, n.scheduler, n.controllers} {
 			if !p.running() {
 				return false, p.exitErr()
 			}

@@ -2,6 +2,7 @@ package env
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -116,14 +117,78 @@ func (p *process) running() bool {
 	}
 }
 
-// exitErr describes why the last run ended, for startup errors.
+// exitErr describes why the last run ended, for startup errors. It quotes
+// the log's last line: a test's output may be cut before the log tails that
+// follow it, and that line is most often why (a kubelet logs its fatal
+// error, then exits 1).
 func (p *process) exitErr() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err == nil {
+	err := p.err
+	p.mu.Unlock()
+	last := lastLogLine(p.logPath)
+	switch {
+	case err == nil && last == "":
 		return fmt.Errorf("%s exited", p.name)
+	case err == nil:
+		return fmt.Errorf("%s exited; its log ends %q", p.name, last)
+	case last == "":
+		return fmt.Errorf("%s exited: %w", p.name, err)
 	}
-	return fmt.Errorf("%s exited: %w", p.name, p.err)
+	return fmt.Errorf("%s exited: %w; its log ends %q", p.name, err, last)
+}
+
+// lastLogLine is the last line of the log at path that the process wrote,
+// not one of the start and exit headers, cut to a readable length.
+func lastLogLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const window = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > window {
+		_, _ = f.Seek(st.Size()-window, io.SeekStart)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := strings.TrimSpace(lines[i])
+		if line == "" || strings.HasPrefix(line, "=== ") {
+			continue
+		}
+		if len(line) > 500 {
+			line = line[:500] + "..."
+		}
+		return line
+	}
+	return ""
+}
+
+// restarter starts a process again when it died on its own, a bounded
+// number of times, as a service manager does for a daemon that exits to be
+// restarted.
+type restarter struct {
+	p *process
+	// attempts counts the starts so far, max bounds them.
+	attempts, max int
+	logf          func(format string, args ...any)
+}
+
+// ensureRunning returns nil if the process runs or was started again, and
+// why it is down otherwise: stopped on purpose, or out of attempts.
+func (r *restarter) ensureRunning() error {
+	if r.p.running() {
+		return nil
+	}
+	if !r.p.died() || r.attempts >= r.max {
+		return r.p.exitErr()
+	}
+	r.attempts++
+	r.logf("%v; starting it again (attempt %d of %d)", r.p.exitErr(), r.attempts, r.max)
+	return r.p.start()
 }
 
 // died reports whether the process was started and has exited without a
