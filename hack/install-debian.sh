@@ -2,15 +2,37 @@
 # Installs Debian packages the build or tests need, as root on a fresh machine.
 # Packaged services are not started: the e2e environment runs its own etcd
 # and containerds on ephemeral ports and work directories.
+#
+# Several make targets call this (the nodes' runtime, shellcheck, Prometheus,
+# asciinema), and `make -j tools` runs them beside the Go builds and each
+# other. apt-get refuses to run while another holds its locks, so the calls
+# take turns on a lock of their own and each installs only what is still
+# missing once it has the lock.
 set -euo pipefail
+missing() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+  done
+}
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing: $*; run 'sudo apt-get install -y $*' (or run make as root)" >&2
   exit 1
 fi
+exec 9>/run/karmada-exec-gateway-apt.lock
+flock 9
+mapfile -t todo < <(missing "$@")
+if [ ${#todo[@]} -eq 0 ]; then exit 0; fi
 export DEBIAN_FRONTEND=noninteractive
 # policy-rc.d keeps the packages' init scripts from starting their services.
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
 chmod +x /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+# One index refresh serves every call of a run (stamped in /run, which a
+# reboot clears).
+stamp=/run/karmada-exec-gateway-apt.updated
+if [ -z "$(find "$stamp" -mmin -60 2>/dev/null)" ]; then
+  apt-get update -qq
+  touch "$stamp"
+fi
+apt-get install -y -qq --no-install-recommends "${todo[@]}" >/dev/null
