@@ -44,20 +44,6 @@ image: ca-certificates
 ## _output/images).
 tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm karmada node-runtime shellcheck prometheus asciinema
 
-# `make -j3 tools` (CI) builds in two chains beside the Debian packages: the
-# four Kubernetes binaries built with cgo, one after another so the first
-# compiles the packages they share and the others find them in Go's cache;
-# and etcd, helm, kubectl (cgo off) and Karmada, which share no compiled
-# package with those. A chain's links and downloads leave a core idle that the
-# other chain's compiles take. The order-only prerequisites (after |) make
-# the chains and never cause a rebuild.
-$(BIN)/kube-controller-manager: | $(BIN)/kube-apiserver
-$(BIN)/kube-scheduler: | $(BIN)/kube-controller-manager
-$(BIN)/kubelet: | $(BIN)/kube-scheduler
-$(BIN)/helm: | $(BIN)/etcd
-$(BIN)/kubectl: | $(BIN)/helm
-karmada: | $(BIN)/kubectl
-
 $(BIN)/kube-apiserver: $(TOOLS_DEPS)
 	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-apiserver $@
 

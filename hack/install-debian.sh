@@ -4,10 +4,9 @@
 # and containerds on ephemeral ports and work directories.
 #
 # Several make targets call this (the nodes' runtime, shellcheck, Prometheus,
-# asciinema), and `make -j tools` runs them beside the Go builds and each
-# other. apt-get refuses to run while another holds its locks, so the calls
-# take turns on a lock of their own and each installs only what is still
-# missing once it has the lock.
+# asciinema), and `make -j` runs them at once. apt-get refuses to run while
+# another holds its locks, so the calls take turns on a lock of their own and
+# each installs only what is still missing once it has the lock.
 set -euo pipefail
 missing() {
   local p
