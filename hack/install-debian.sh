@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs Debian packages the build or tests need, as root on a fresh machine.
+# Installs those of the named Debian packages the build or tests need that
+# are not installed yet, as root on a fresh machine.
 # Packaged services are not started: the e2e environment runs its own etcd
 # and containerds on ephemeral ports and work directories.
 #
@@ -14,13 +15,16 @@ missing() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
   done
 }
+mapfile -t todo < <(missing "$@")
+if [ ${#todo[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
-  echo "missing: $*; run 'sudo apt-get install -y $*' (or run make as root)" >&2
+  echo "missing: ${todo[*]}; run 'sudo apt-get install -y ${todo[*]}' (or run make as root)" >&2
   exit 1
 fi
 exec 9>/run/karmada-exec-gateway-apt.lock
 flock 9
-mapfile -t todo < <(missing "$@")
+# Another call may have installed some while this one waited.
+mapfile -t todo < <(missing "${todo[@]}")
 if [ ${#todo[@]} -eq 0 ]; then exit 0; fi
 export DEBIAN_FRONTEND=noninteractive
 # policy-rc.d keeps the packages' init scripts from starting their services.

@@ -9,10 +9,4 @@
 # own containerd, and every Pull member its own proxy, under the
 # environment's work directory.
 set -euo pipefail
-missing=()
-for p in containerd runc containernetworking-plugins busybox-static gcc libc6-dev iproute2 tinyproxy dante-server; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-"$(dirname "$0")/install-debian.sh" "${missing[@]}"
-containerd --version
+"$(dirname "$0")/install-debian.sh" containerd runc containernetworking-plugins busybox-static gcc libc6-dev iproute2 tinyproxy dante-server
