@@ -152,11 +152,11 @@ e2e: tools
 e2e-run: tools
 	GO=$(GO) hack/e2e.sh run
 
-## e2e-hung: TestHungDependencies alone (SIGSTOP on karmada-apiserver, the
-## aggregated apiserver, a member's apiserver and etcd, one after the other in
-## one environment of its own); make e2e runs it with the rest.
+## e2e-hung: the hung-dependency cases alone (SIGSTOP on karmada-apiserver,
+## the aggregated apiserver, a member's apiserver and etcd, one after the
+## other in TestPullMember's environment); make e2e runs them with the rest.
 e2e-hung: tools
-	cd e2e && $(GO) test -count=1 -timeout 20m -v -run 'TestHungDependencies' .
+	cd e2e && $(GO) test -count=1 -timeout 20m -v -run '^TestPullMember$$/^hung_dependencies$$' .
 
 ## compat: the e2e compatibility subset (smoke, streams, executors, status
 ## fidelity, member-local pods) against the pinned commit and each supported

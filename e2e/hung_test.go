@@ -30,7 +30,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
-// The bounds TestHungDependencies asserts; docs/security.md ("A dependency
+// The bounds testHungDependencies asserts; docs/security.md ("A dependency
 // that hangs") states them with the flags that set them.
 const (
 	// hungClientDeadline is when the test's clients give up: reaching it is
@@ -117,8 +117,8 @@ const (
 	hungRecoverBound = 90 * time.Second
 )
 
-// hungGatewayArgs are the gateway flags the environments of
-// TestHungDependencies run with.
+// hungGatewayArgs are the gateway flags of each hung-dependency case's
+// gateway process (with the case's --auth-mode).
 var hungGatewayArgs = []string{
 	"--upstream-header-timeout=" + hungUpstreamHeaderTimeout.String(),
 	"--auth-timeout=" + hungAuthTimeout.String(),
@@ -177,11 +177,11 @@ const (
 	karmadaAPIServer = "karmada-apiserver"
 )
 
-// TestHungDependencies freezes, with SIGSTOP, one real process at a time
+// testHungDependencies freezes, with SIGSTOP, one real process at a time
 // under the gateway (karmada-apiserver, karmada-aggregated-apiserver,
-// member1's kube-apiserver, etcd), one after the other in one environment
-// of its own, each under a gateway process of its own, while exec streams
-// run, and checks while it hangs:
+// member1's kube-apiserver, etcd), one after the other in TestPullMember's
+// environment once its own faults are over, each under a gateway process of
+// its own, while exec streams run, and checks while it hangs:
 //
 //   - every new request is answered within hungAnswerBound: those needing
 //     the frozen process with a 503 or 504 Status naming what did not
@@ -222,7 +222,7 @@ const (
 // Authorize mode where the gateway itself calls karmada-apiserver
 // (TokenReview, SubjectAccessReview) or members (the member-copy check);
 // passthrough where the caller's own request is the one that hangs.
-func TestHungDependencies(t *testing.T) {
+func testHungDependencies(t *testing.T, e *env.Env) {
 	cases := []hungCase{
 		{
 			name: "karmada-apiserver", proc: env.ProcKarmadaAPIServer, authMode: "authorize",
@@ -267,12 +267,11 @@ func TestHungDependencies(t *testing.T) {
 			unready: true, load: probeGetPod, flowing: []string{"member1", "member2"},
 		},
 	}
-	// One environment for the four cases, one after the other: each case
-	// ends only once everything works again after SIGCONT, which is what
-	// the next one starts from, and starts with a gateway process of its
-	// own (no cached reviews, its own goroutine and memory baseline). Its
-	// own environment, not the package's: it freezes its processes.
-	e := env.StartForTest(t, env.Options{Gateway: env.GatewayOptions{Enabled: true, AuthMode: "authorize", Args: hungGatewayArgs}})
+	// The four cases one after the other: each case ends only once
+	// everything works again after SIGCONT, which is what the next one
+	// starts from, and starts with a gateway process of its own (no cached
+	// reviews, its own goroutine and memory baseline). Not the shared
+	// environment: it freezes its processes.
 	setup := &hungHarness{t: t, e: e, http: hungHTTPClient(t, e)}
 	for _, m := range []string{"member1", "member2"} {
 		setup.createPod(t.Context(), hungPod(m), m, tickerScript)
@@ -283,18 +282,6 @@ func TestHungDependencies(t *testing.T) {
 	for i, c := range cases {
 		c.index = i
 		t.Run(c.name, func(t *testing.T) { runHungCase(t, e, c) })
-	}
-	if e.GatewayRace() {
-		// Stopped first, so races of its drain are reported too.
-		e.StopGateway()
-		races, err := e.GatewayDataRaces()
-		if err != nil || len(races) > 0 {
-			t.Errorf("the gateway built with -race reported %d data races (%v):\n%s", len(races), err, strings.Join(races, "\n"))
-		}
-	}
-	// After four freezes, the environment still ends without a trace.
-	if !t.Failed() {
-		stopLeavesNothing(t, e)
 	}
 }
 

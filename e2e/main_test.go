@@ -63,7 +63,6 @@ func run(m *testing.M) int {
 // TestPullMember makes its own testEnv while it runs.
 var ownEnvironmentTests = map[string]bool{
 	"TestPullMember":                     true,
-	"TestHungDependencies":               true,
 	"TestReadmeHelmInstallOnHostCluster": true,
 	"TestDemoStopsWithItsParent":         true,
 }

@@ -106,8 +106,25 @@ func TestPullMember(t *testing.T) {
 
 	t.Run("faults", testPullFaults)
 
-	// Stop leaves no namespace, link, forwarder, proxy or agent behind
-	// (when something failed, the work dir and logs are kept for the dump).
+	// Faults that hang rather than die, in the same environment once the
+	// Pull faults are over: a process under the gateway frozen, not killed.
+	// An environment of their own cost CI a control plane's start and about
+	// 50 core-seconds for nothing a Push member would add: the gateway's
+	// deadlines do not depend on how Karmada reaches a member.
+	t.Run("hung dependencies", func(t *testing.T) { testHungDependencies(t, pe) })
+
+	if pe.GatewayRace() {
+		// Stopped first, so races of its drain are reported too; the log
+		// holds every gateway process the subtests restarted.
+		pe.StopGateway()
+		races, err := pe.GatewayDataRaces()
+		if err != nil || len(races) > 0 {
+			t.Errorf("the gateway built with -race reported %d data races (%v):\n%s", len(races), err, strings.Join(races, "\n"))
+		}
+	}
+	// Stop leaves no namespace, link, forwarder, proxy or agent behind,
+	// after the faults and four freezes (when something failed, the work
+	// dir and logs are kept for the dump).
 	if !t.Failed() {
 		testEnv = shared
 		stopLeavesNothing(t, pe)

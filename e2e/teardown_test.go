@@ -24,9 +24,10 @@ import (
 // network namespace and veth) and checks that the pod has no route off the
 // machine; then, after Stop, that no process of the environment, container,
 // shim, mount, bridge, veth, cgroup, proxy or agent is left and the work
-// directory is gone. TestHungDependencies (Push members) and TestPullMember
-// (Pull members in network namespaces of their own) end with it: an
-// environment of its own only for this check cost CI a whole start.
+// directory is gone. TestPullMember ends with it (Pull members in network
+// namespaces of their own, after their faults and four freezes); the
+// README's Helm test and the demo check their own ends. An environment of
+// its own only for this check cost CI a whole start.
 func stopLeavesNothing(t *testing.T, e *env.Env) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

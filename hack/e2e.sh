@@ -4,11 +4,10 @@
 # Most tests share one environment that TestMain starts; they run one after
 # another, then the parallel ones together. TestPullMember (which swaps the
 # shared environment for its own while it runs, so it cannot share a
-# process) and TestHungDependencies (which freezes the processes of its own
-# environment) run one after the other in a second shard; the Helm install
-# on a host cluster and the demo, each in an environment of its own, in a
-# third. The three start at once, so the suite takes about as long as the
-# longest instead of the sum.
+# process, and freezes that environment's processes after its faults) runs
+# in a second shard; the Helm install on a host cluster and the demo, each
+# in an environment of its own, in a third. The three start at once, so the
+# suite takes about as long as the longest instead of the sum.
 #
 # Each shard's -v output goes to _output/e2e/<shard>.log and is printed when
 # the shard ends; the run fails if any shard fails. E2E_SHARDS=1 runs the
@@ -37,11 +36,11 @@ mkdir -p "$out"
 # (2026-12-04: load 40-53, a 22-minute run). The Helm install and the demo,
 # parallel tests, used to wait in the shared process until its sequential
 # tests ended, then ran for three minutes on a machine a third busy. The
-# Pull member's test goes before the hung dependencies': those cases' 8 s
-# deadlines failed beside the starts of the install shard's environments
-# (2026-12-05), which are over by the time the Pull member's test ends.
+# hung-dependency cases come last in TestPullMember: their 8 s deadlines
+# failed beside the starts of the install shard's environments
+# (2026-12-05), which are over by then.
 own=(
-	'own:TestPullMember TestHungDependencies'
+	'pull:TestPullMember'
 	'installs:TestReadmeHelmInstallOnHostCluster TestDemoStopsWithItsParent'
 )
 
