@@ -140,20 +140,10 @@ func (p *process) exitErr() error {
 // lastLogLine is the last line of the log at path that the process wrote,
 // not one of the start and exit headers, cut to a readable length.
 func lastLogLine(path string) string {
-	f, err := os.Open(path)
+	lines, err := logTail(path, 64<<10)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	const window = 64 << 10
-	if st, err := f.Stat(); err == nil && st.Size() > window {
-		_, _ = f.Seek(st.Size()-window, io.SeekStart)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := strings.TrimSpace(lines[i])
 		if line == "" || strings.HasPrefix(line, "=== ") {
@@ -165,6 +155,39 @@ func lastLogLine(path string) string {
 		return line
 	}
 	return ""
+}
+
+// logTail returns the whole lines in the last window bytes of the file at
+// path: a child's log can be hundreds of megabytes (a kubelet at -v=4, a
+// gateway under load), and only its end is ever shown.
+func logTail(path string, window int64) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cut := false
+	if st, err := f.Stat(); err == nil && st.Size() > window {
+		// From the byte before the window: whether it ends a line says
+		// whether the window starts with a whole one.
+		if _, err := f.Seek(st.Size()-window-1, io.SeekStart); err != nil {
+			return nil, err
+		}
+		cut = true
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	text := strings.TrimRight(string(data), "\n")
+	if cut {
+		// The window's first line is whole only after a newline.
+		_, text, _ = strings.Cut(text, "\n")
+	}
+	if text == "" {
+		return nil, nil
+	}
+	return strings.Split(text, "\n"), nil
 }
 
 // restarter starts a process again when it died on its own, a bounded

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,40 @@ func TestExitErrQuotesTheLogsLastLine(t *testing.T) {
 				t.Errorf("exitErr() is %d bytes long, want the log line cut", len(got))
 			}
 		})
+	}
+}
+
+// logTail reads only a log's end, and never returns the piece of a line its
+// window starts in as if it were a whole line.
+func TestLogTail(t *testing.T) {
+	for _, tc := range []struct {
+		name, log string
+		window    int64
+		want      []string
+	}{
+		{name: "smaller than the window", log: "a\nb\nc\n", window: 64, want: []string{"a", "b", "c"}},
+		{name: "no final newline", log: "a\nb", window: 64, want: []string{"a", "b"}},
+		{name: "window starts inside a line", log: "first line\nsecond\nthird\n", window: 10, want: []string{"third"}},
+		{name: "window starts at a line", log: "first line\nsecond\nthird\n", window: 13, want: []string{"second", "third"}},
+		{name: "one line longer than the window", log: "a very long line\n", window: 4, want: nil},
+		{name: "empty", log: "", window: 64, want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x.log")
+			if err := os.WriteFile(path, []byte(tc.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := logTail(path, tc.window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("logTail(%q, %d) = %q, want %q", tc.log, tc.window, got, tc.want)
+			}
+		})
+	}
+	if _, err := logTail(filepath.Join(t.TempDir(), "missing.log"), 64); err == nil {
+		t.Error("logTail of a missing file: no error")
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -58,12 +57,13 @@ func (e *Env) WriteLogTails(w io.Writer, n int) {
 	files, _ := filepath.Glob(filepath.Join(e.logDir, "*.log"))
 	sort.Strings(files)
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		// Read from the file's end, 4 KiB a line: when the last n lines are
+		// longer, fewer are shown; the file is never read whole.
+		lines, err := logTail(f, int64(n)*4<<10)
 		if err != nil {
 			fmt.Fprintf(w, "--- %s: %v\n", f, err)
 			continue
 		}
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 		if len(lines) > n {
 			lines = lines[len(lines)-n:]
 		}
