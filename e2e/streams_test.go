@@ -437,9 +437,14 @@ func TestLogs(t *testing.T) {
 	dumpLogsOnFailure(t)
 	const name = "logs"
 	// Half the lines, then (once the test lets it go) the rest and exit,
-	// so the follow provably starts while the container runs.
+	// so the follow provably starts while the container runs. The exec
+	// that lets it go writes its own PID, and the container outlives that
+	// process: a container that exits kills what still runs in it, and an
+	// exec killed on its way out reports 137 (2026-12-05, make compat).
 	pod := env.ShellPod(env.Namespace, name,
-		`for i in 1 2 3 4 5; do echo "line-$i"; done; while [ ! -e go ]; do sleep 0.05; done; for i in 6 7 8 9 10; do echo "line-$i"; done`)
+		`for i in 1 2 3 4 5; do echo "line-$i"; done; `+
+			`while [ ! -s go ]; do sleep 0.05; done; while kill -0 "$(cat go)" 2>/dev/null; do sleep 0.05; done; `+
+			`for i in 6 7 8 9 10; do echo "line-$i"; done`)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	placePod(t, pod, []string{"member1"}, "member1")
 	kubeconfig := testEnv.GatewayKubeconfig(env.UserExecOnly)
@@ -454,7 +459,7 @@ func TestLogs(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if _, _, err := testEnv.RunKubectl(ctx, kubeconfig, nil, "exec", name, "--", "touch", "go"); err != nil {
+	if _, _, err := testEnv.RunKubectl(ctx, kubeconfig, nil, "exec", name, "--", "sh", "-c", "echo $$ >go"); err != nil {
 		t.Fatalf("let the container finish: %v", err)
 	}
 	if err := p.wait(30 * time.Second); err != nil {
