@@ -42,14 +42,9 @@ func run(m *testing.M) int {
 	}
 	testEnv = e
 	code := m.Run()
-	if e.GatewayRace() {
-		// Stopped first, so races of its drain are reported too.
-		e.StopGateway()
-		races, err := e.GatewayDataRaces()
-		if err != nil || len(races) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: the gateway built with -race (E2E_GATEWAY_RACE=1) reported %d data races (%v):\n%s\n", len(races), err, strings.Join(races, "\n"))
-			code = 1
-		}
+	if err := e.StopGatewayAndCheckRaces(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		code = 1
 	}
 	if code != 0 {
 		e.WriteLogTails(os.Stderr, 80)

@@ -211,6 +211,22 @@ func (e *Env) GatewayDataRaces() ([]string, error) {
 	return reports, nil
 }
 
+// StopGatewayAndCheckRaces stops a gateway built with -race, so races of its
+// drain are reported too, and returns what the race detector wrote in its
+// log (every gateway process the environment started appends there) as an
+// error. For a gateway built without -race it does nothing.
+func (e *Env) StopGatewayAndCheckRaces() error {
+	if !e.GatewayRace() {
+		return nil
+	}
+	e.StopGateway()
+	races, err := e.GatewayDataRaces()
+	if err != nil || len(races) > 0 {
+		return fmt.Errorf("the gateway built with -race (E2E_GATEWAY_RACE=1) reported %d data races (%v):\n%s", len(races), err, strings.Join(races, "\n"))
+	}
+	return nil
+}
+
 // GatewayRace reports whether the gateway is built with -race.
 func (e *Env) GatewayRace() bool { return e.opts.Gateway.Race }
 

@@ -1,6 +1,7 @@
 package env
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,16 @@ func TestGatewayDataRaces(t *testing.T) {
 				if !strings.HasPrefix(r, "WARNING: DATA RACE") || strings.Contains(r, "I1203") || !strings.Contains(r, "main.f()") {
 					t.Errorf("report %q", r)
 				}
+			}
+			// The check the e2e tests end with: an error only for a -race
+			// build whose log holds reports.
+			if err := e.StopGatewayAndCheckRaces(); err != nil {
+				t.Errorf("StopGatewayAndCheckRaces without -race: %v, want nil", err)
+			}
+			e.opts.Gateway.Race = true
+			err = e.StopGatewayAndCheckRaces()
+			if (err != nil) != (tc.want > 0) || (err != nil && !strings.Contains(err.Error(), fmt.Sprintf("reported %d data races", tc.want))) {
+				t.Errorf("StopGatewayAndCheckRaces with -race: %v, want an error naming %d races", err, tc.want)
 			}
 		})
 	}
