@@ -35,32 +35,36 @@ image: ca-certificates
 	cd e2e && $(GO) run ./cmd/gateway-image -repo .. -image $(IMAGE) -version $(VERSION) \
 		-out $(CURDIR)/_output/image/karmada-exec-gateway.tar $(if $(PUSH),-push)
 
-## tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-## kubectl from the tools module, etcd and helm each from a module of its own,
-## Karmada from its source at one pinned commit, shellcheck and Prometheus from
-## Debian, and the nodes' runtime from Debian (containerd, runc, CNI plugins,
-## busybox-static, gcc for Kubernetes' pause.c, iproute2). The pods' images
+## tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+## kubectl, etcd and helm from the tools module (hack/tools), Karmada from its
+## source at one pinned commit, shellcheck and Prometheus from Debian, and the
+## nodes' runtime from Debian (containerd, runc, CNI plugins, busybox-static,
+## gcc for Kubernetes' pause.c and the tools' cgo, iproute2). The pods' images
 ## are built from those locally when an environment starts (cached in
 ## _output/images).
 tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm karmada node-runtime shellcheck prometheus asciinema
 
-$(BIN)/kube-apiserver: $(TOOLS_DEPS)
-	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-apiserver $@
+# The tools module's binaries are built with cgo, as make vet and the e2e
+# test binary are, in one build list that requires the product's versions of
+# the libraries they share: each finds the Kubernetes client libraries
+# compiled already, where a cold run used to compile them once per module
+# and cgo setting. gcc comes with the node runtime (without it Go builds
+# without cgo). kubectl too, linked statically: its image (e2e/images) has
+# no libc.
+KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet
 
-$(BIN)/kube-controller-manager: $(TOOLS_DEPS)
-	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-controller-manager $@
+$(KUBE_BINARIES:%=$(BIN)/%): $(BIN)/%: $(TOOLS_DEPS) | node-runtime
+	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/$* $@
 
-$(BIN)/kube-scheduler: $(TOOLS_DEPS)
-	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kube-scheduler $@
+# ld warns that glibc's user and host lookups linked statically need its
+# shared libraries at run time: the hook Job's kubectl looks up neither (Go
+# resolves names itself where there is no nsswitch.conf).
+$(BIN)/kubectl: $(TOOLS_DEPS) | node-runtime
+	LDFLAGS="$(KUBE_LDFLAGS) -linkmode=external '-extldflags=-static -Wl,--no-warnings'" GO=$(GO) CGO_ENABLED=1 \
+		hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kubectl $@
 
-$(BIN)/kubelet: $(TOOLS_DEPS)
-	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kubelet $@
-
-$(BIN)/kubectl: $(TOOLS_DEPS)
-	CGO_ENABLED=0 LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kubectl $@
-
-$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum hack/go-build-cached.sh
-	LDFLAGS="$(HELM_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/helm helm.sh/helm/v3/cmd/helm $@
+$(BIN)/helm: $(TOOLS_DEPS) | node-runtime
+	LDFLAGS="$(HELM_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools helm.sh/helm/v3/cmd/helm $@
 
 ## karmada: karmada-aggregated-apiserver, -controller-manager, -scheduler, -agent and
 ## -webhook built from Karmada's source at KARMADA_COMMIT into bin/karmada/,
@@ -85,8 +89,8 @@ karmada:
 # (RequestWatchProgress, 3.4.31+ or 3.5.13+). With 3.4.23 they could only be
 # kept current by periodic progress notifications to every watch, which
 # were most of an idle environment's CPU.
-$(BIN)/etcd: hack/etcd/go.mod hack/etcd/go.sum hack/go-build-cached.sh
-	GO=$(GO) hack/go-build-cached.sh hack/etcd go.etcd.io/etcd/server/v3 $@
+$(BIN)/etcd: $(TOOLS_DEPS) | node-runtime
+	GO=$(GO) hack/go-build-cached.sh hack/tools go.etcd.io/etcd/server/v3 $@
 
 node-runtime:
 	@hack/install-node-runtime.sh

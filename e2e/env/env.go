@@ -79,7 +79,7 @@ type Options struct {
 	// (default: KarmadaSrcDir/charts/karmada/_crds/bases).
 	CRDDir string
 	// Etcd is the etcd binary (default BinDir/etcd, which make tools builds
-	// from hack/etcd at the version Kubernetes' client requires).
+	// from the tools module at the version Kubernetes' client requires).
 	Etcd string
 	// Containerd is the containerd binary (default /usr/bin/containerd,
 	// Debian's containerd package, which brings ctr and the runc shim).

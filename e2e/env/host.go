@@ -165,7 +165,7 @@ func (e *Env) buildHostImages(ctx context.Context) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	// make tools builds bin/kubectl static (hack/tools/version.mk), as the
+	// make tools builds bin/kubectl static (the Makefile), as the
 	// image needs: it has no dynamic loader.
 	kubectl := filepath.Join(e.opts.BinDir, "kubectl")
 	kctlImg, err := images.Kubectl(kubectl)

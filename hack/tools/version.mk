@@ -1,7 +1,7 @@
 # The Kubernetes binaries report the version they are built from (kubectl
 # version, /version, a Node's kubeletVersion), as released binaries do: Helm
 # checks a chart's kubeVersion against the apiserver's, and an unversioned
-# build reports v0.0.0-master. kubectl is also built static (CGO_ENABLED=0):
+# build reports v0.0.0-master. kubectl is also linked static (the Makefile):
 # the e2e host cluster's hook Job image has no dynamic loader.
 KUBE_VERSION := $(shell sed -n 's/^require k8s.io\/kubernetes \(v[^ ]*\).*/\1/p' hack/tools/go.mod)
 $(if $(KUBE_VERSION),,$(error hack/tools/go.mod has no 'require k8s.io/kubernetes vX.Y.Z' line to take the version from))
