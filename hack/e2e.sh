@@ -91,6 +91,9 @@ tests() {
 }
 
 start=$(date +%s)
+# The machine's CPU over the run, for the summary: on a VM whose host is
+# busy, "steal" says why a run took three times as long as usual.
+read -ra cpu_start </proc/stat
 # Two parallel tests at a time (E2E_PARALLEL): four saved a minute in one CI
 # run, and in the next the demo's environment, starting beside the Helm
 # test's, missed its 4-minute start (2026-12-04).
@@ -116,7 +119,7 @@ else
 	pids[shared]=$!
 fi
 
-failed=()
+failed=() ended_as=()
 # Reported in the order they end, so a failure is visible before the
 # slower shards finish.
 while ((${#pids[@]} > 0)); do
@@ -127,10 +130,28 @@ while ((${#pids[@]} > 0)); do
 	for name in "${!pids[@]}"; do
 		[[ ${pids[$name]} == "$ended" ]] || continue
 		unset "pids[$name]"
-		echo "===== e2e shard $name: exit $rc after $(($(date +%s) - start))s ($out/$name.log) ====="
+		ended_as+=("$name: exit $rc after $(($(date +%s) - start))s")
+		echo "===== e2e shard ${ended_as[-1]} ($out/$name.log) ====="
 		cat "$out/$name.log"
 		((rc == 0)) || failed+=("$name")
 	done
+done
+# The end of a long output is often all a CI page shows: it says how each
+# shard ended, its slowest tests, every failed test and subtest, and a
+# panic or a failure outside any test (TestMain's).
+echo "===== e2e summary ====="
+read -ra cpu_end </proc/stat
+# /proc/stat's cpu line: user nice system idle iowait irq softirq steal, in
+# USER_HZ (100 a second).
+cpu() { echo $(((cpu_end[$1] - cpu_start[$1]) / 100)); }
+echo "$(nproc) cores, $(($(date +%s) - start))s: busy $(($(cpu 1) + $(cpu 2) + $(cpu 3) + $(cpu 6) + $(cpu 7))) core-s," \
+	"idle $(cpu 4), iowait $(cpu 5), steal $(cpu 8)"
+for line in "${ended_as[@]}"; do
+	name=${line%%:*}
+	echo "shard $line"
+	sed -nE 's/^--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\)$/\3 \2 \1/p' "$out/$name.log" |
+		sort -rn | awk 'NR <= 5 {printf "  %-45s %8ss %s\n", $2, $1, $3}'
+	grep -E '^ *--- FAIL: |^panic: |^FAIL: ' "$out/$name.log" | sed 's/^/  /' || true
 done
 if ((${#failed[@]} > 0)); then
 	echo "e2e: shards failed: ${failed[*]}"
