@@ -128,6 +128,7 @@ test: vet tools ca-certificates
 vet:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
+	GO=$(GO) hack/verify-shared-versions.sh
 
 ## unit: the product's tests with the race detector; the e2e module's own
 ## packages (environment, images, chart, monitoring) are test tooling and run
