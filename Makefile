@@ -49,19 +49,18 @@ tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedule
 # the libraries they share: each finds the Kubernetes client libraries
 # compiled already, where a cold run used to compile them once per module
 # and cgo setting. gcc comes with the node runtime (without it Go builds
-# without cgo). kubectl too, linked statically: its image (e2e/images) has
-# no libc.
-KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet
+# without cgo).
+KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
+
+# kubectl too, linked statically: its image (e2e/images) has no libc. ld
+# warns that glibc's user and host lookups linked statically need its
+# shared libraries at run time; the hook Job's kubectl looks up neither (Go
+# resolves names itself where there is no nsswitch.conf).
+$(BIN)/kubectl: KUBE_CGO := CGO_ENABLED=1
+$(BIN)/kubectl: KUBE_LINK := -linkmode=external '-extldflags=-static -Wl,--no-warnings'
 
 $(KUBE_BINARIES:%=$(BIN)/%): $(BIN)/%: $(TOOLS_DEPS) | node-runtime
-	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/$* $@
-
-# ld warns that glibc's user and host lookups linked statically need its
-# shared libraries at run time: the hook Job's kubectl looks up neither (Go
-# resolves names itself where there is no nsswitch.conf).
-$(BIN)/kubectl: $(TOOLS_DEPS) | node-runtime
-	LDFLAGS="$(KUBE_LDFLAGS) -linkmode=external '-extldflags=-static -Wl,--no-warnings'" GO=$(GO) CGO_ENABLED=1 \
-		hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/kubectl $@
+	$(KUBE_CGO) LDFLAGS="$(strip $(KUBE_LDFLAGS) $(KUBE_LINK))" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/$* $@
 
 $(BIN)/helm: $(TOOLS_DEPS) | node-runtime
 	LDFLAGS="$(HELM_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools helm.sh/helm/v3/cmd/helm $@
