@@ -140,11 +140,12 @@ done
 # shard ended, its slowest tests, every failed test and subtest, and a
 # panic or a failure outside any test (TestMain's).
 echo "===== e2e summary ====="
+elapsed=$(($(date +%s) - start))
 read -ra cpu_end </proc/stat
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal, in
 # USER_HZ (100 a second).
 cpu() { echo $(((cpu_end[$1] - cpu_start[$1]) / 100)); }
-echo "$(nproc) cores, $(($(date +%s) - start))s: busy $(($(cpu 1) + $(cpu 2) + $(cpu 3) + $(cpu 6) + $(cpu 7))) core-s," \
+echo "$(nproc) cores, ${elapsed}s: busy $(($(cpu 1) + $(cpu 2) + $(cpu 3) + $(cpu 6) + $(cpu 7))) core-s," \
 	"idle $(cpu 4), iowait $(cpu 5), steal $(cpu 8)"
 for line in "${ended_as[@]}"; do
 	name=${line%%:*}
@@ -157,4 +158,4 @@ if ((${#failed[@]} > 0)); then
 	echo "e2e: shards failed: ${failed[*]}"
 	exit 1
 fi
-echo "e2e: every shard passed in $(($(date +%s) - start))s"
+echo "e2e: every shard passed in ${elapsed}s"
