@@ -743,6 +743,9 @@ func TestLeaderElection(t *testing.T) {
 		return false
 	})
 	eventually(t, "label member1", func() bool { v, _ := h.cachedLabel("job"); return v == "member1" })
+	// The informer can show the labeled pod before the worker that patched
+	// it counts the patch: wait for the count, then check it is one.
+	eventually(t, "the leader's patch counted", func() bool { return patchCount(t, leader.m, ResultSuccess) > 0 })
 	if got := leaseHolder(t, h); got != leader.id {
 		t.Errorf("lease holder = %q, want leader %q", got, leader.id)
 	}
@@ -771,6 +774,7 @@ func TestLeaderElection(t *testing.T) {
 	b := binding("job", []string{"member2"}, "member2")
 	h.updateBinding(t, b)
 	eventually(t, "label member2 from the new leader", func() bool { v, _ := h.cachedLabel("job"); return v == "member2" })
+	eventually(t, "the new leader's patch counted", func() bool { return patchCount(t, follower.m, ResultSuccess) > 0 })
 	if got := patchCount(t, follower.m, ResultSuccess); got != 1 {
 		t.Errorf("new leader patches = %v, want 1", got)
 	}
