@@ -10,6 +10,17 @@ include hack/tools/version.mk
 # gateway (e2e/env reads it from the environment).
 LINK_CACHE ?= $(shell hack/link-cache-dir.sh)
 export LINK_CACHE
+# Every Go build here but the race detector's is built as the gateway image
+# is (Dockerfile): without cgo, with -trimpath. One configuration lets the
+# tools, vet, the test binaries and the image's gateway reuse each other's
+# compiled packages: a package's build cache key includes its cgo setting
+# (through net and os/user, almost everything) and -trimpath, so each
+# configuration compiled the Kubernetes client libraries once more.
+# Kubernetes and etcd release their binaries built this way too. -race
+# needs cgo: its builds set CGO_ENABLED=1, and gcc comes with the node
+# runtime.
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
 # helm reports the Kubernetes version it renders for from link-time variables;
 # without them it renders as 1.20 and the chart's kubeVersion check fails.
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v3.21.4 \
@@ -39,30 +50,23 @@ image: ca-certificates
 ## kubectl, etcd and helm from the tools module (hack/tools), Karmada from its
 ## source at one pinned commit, shellcheck and Prometheus from Debian, and the
 ## nodes' runtime from Debian (containerd, runc, CNI plugins, busybox-static,
-## gcc for Kubernetes' pause.c and the tools' cgo, iproute2). The pods' images
+## gcc for Kubernetes' pause.c and the race detector, iproute2). The pods' images
 ## are built from those locally when an environment starts (cached in
 ## _output/images).
 tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm karmada node-runtime shellcheck prometheus asciinema
 
-# The tools module's binaries are built with cgo, as make vet and the e2e
-# test binary are, in one build list that requires the product's versions of
-# the libraries they share: each finds the Kubernetes client libraries
-# compiled already, where a cold run used to compile them once per module
-# and cgo setting. gcc comes with the node runtime (without it Go builds
-# without cgo).
+# The tools module's binaries are built in one build list that requires the
+# product's versions of the libraries they share (make vet checks it), in the
+# configuration above: each finds the Kubernetes client libraries compiled
+# already, where a cold run used to compile them once per module, cgo
+# setting and -trimpath. kubectl is static like the rest: its image
+# (e2e/images) has no libc.
 KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 
-# kubectl too, linked statically: its image (e2e/images) has no libc. ld
-# warns that glibc's user and host lookups linked statically need its
-# shared libraries at run time; the hook Job's kubectl looks up neither (Go
-# resolves names itself where there is no nsswitch.conf).
-$(BIN)/kubectl: KUBE_CGO := CGO_ENABLED=1
-$(BIN)/kubectl: KUBE_LINK := -linkmode=external '-extldflags=-static -Wl,--no-warnings'
+$(KUBE_BINARIES:%=$(BIN)/%): $(BIN)/%: $(TOOLS_DEPS)
+	LDFLAGS="$(KUBE_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/$* $@
 
-$(KUBE_BINARIES:%=$(BIN)/%): $(BIN)/%: $(TOOLS_DEPS) | node-runtime
-	$(KUBE_CGO) LDFLAGS="$(strip $(KUBE_LDFLAGS) $(KUBE_LINK))" GO=$(GO) hack/go-build-cached.sh hack/tools k8s.io/kubernetes/cmd/$* $@
-
-$(BIN)/helm: $(TOOLS_DEPS) | node-runtime
+$(BIN)/helm: $(TOOLS_DEPS)
 	LDFLAGS="$(HELM_LDFLAGS)" GO=$(GO) hack/go-build-cached.sh hack/tools helm.sh/helm/v3/cmd/helm $@
 
 ## karmada: karmada-aggregated-apiserver, -controller-manager, -scheduler, -agent and
@@ -88,7 +92,7 @@ karmada:
 # (RequestWatchProgress, 3.4.31+ or 3.5.13+). With 3.4.23 they could only be
 # kept current by periodic progress notifications to every watch, which
 # were most of an idle environment's CPU.
-$(BIN)/etcd: $(TOOLS_DEPS) | node-runtime
+$(BIN)/etcd: $(TOOLS_DEPS)
 	GO=$(GO) hack/go-build-cached.sh hack/tools go.etcd.io/etcd/server/v3 $@
 
 node-runtime:
@@ -140,8 +144,8 @@ vet:
 ## package name, so packages without tests (e2e/bench/cmd/bench beside
 ## e2e/bench) are left to make vet.
 TEST_LDFLAGS := -ldflags=-w
-unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates
-	$(GO) test -race -count=1 $(TEST_LDFLAGS) -o $(LINK_CACHE)/unit-race/ ./...
+unit: $(BIN)/helm shellcheck prometheus asciinema ca-certificates node-runtime
+	CGO_ENABLED=1 $(GO) test -race -count=1 $(TEST_LDFLAGS) -o $(LINK_CACHE)/unit-race/ ./...
 	cd e2e && HELM=$(BIN)/helm $(GO) test -count=1 $(TEST_LDFLAGS) -o $(LINK_CACHE)/unit-e2e/ -timeout 20m \
 		$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v -E '/e2e$$|/e2e/cmd')
 

@@ -86,10 +86,11 @@ if [ ! -f "$SRC_DIR/COMMIT" ] || [ "$(cat "$SRC_DIR/COMMIT")" != "$KARMADA_COMMI
   fetch_source
 fi
 
-# The linked binaries are kept per commit and Go version in the user's cache,
-# next to Go's own: a fresh clone on a machine that built them once copies
-# them instead of relinking four large binaries (about a minute on 2 cores).
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/karmada-exec-gateway/karmada-$KARMADA_COMMIT-$("$GO" env GOVERSION)"
+# The linked binaries are kept per commit, Go version and cgo setting in the
+# user's cache, next to Go's own: a fresh clone on a machine that built them
+# once copies them instead of relinking four large binaries (about a minute
+# on 2 cores). make builds them without cgo, as Karmada's releases are.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/karmada-exec-gateway/karmada-$KARMADA_COMMIT-$("$GO" env GOVERSION)-cgo$("$GO" env CGO_ENABLED)"
 mkdir -p "$out"
 if [ -f "$cache/COMMIT" ] && all_in "$cache"; then
   for b in "${binaries[@]}"; do cp -f "$cache/$b" "$out/$b"; done

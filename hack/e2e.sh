@@ -58,9 +58,11 @@ if [[ $mode != run ]]; then
 	# One gateway binary for every environment of every process, built before
 	# any starts: built inside an environment's start, a cold build with -race
 	# (minutes on two cores) ran past its 5-minute deadline (2026-12-04).
-	race=() gateway=gateway
-	[[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race) gateway=gateway-race
-	(cd "$root" && "$GO" build "${race[@]}" -ldflags=-w -o "$link/$gateway" ./cmd/gateway)
+	# Without -race it is built as the image's is (no cgo, -trimpath: the
+	# Makefile's configuration); the race detector needs cgo.
+	race=() gateway=gateway cgo=${CGO_ENABLED:-}
+	[[ ${E2E_GATEWAY_RACE:-} == 1 ]] && race=(-race) gateway=gateway-race cgo=1
+	(cd "$root" && CGO_ENABLED=$cgo "$GO" build "${race[@]}" -ldflags=-w -o "$link/$gateway" ./cmd/gateway)
 	cp "$link/$gateway" "$out/gateway"
 	# The Helm test's host cluster runs the gateway image's static binary, a
 	# build of its own, which a cold cache also took past that deadline.

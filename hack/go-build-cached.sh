@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Usage: go-build-cached.sh MODULE_DIR PACKAGE OUTPUT
-# Builds PACKAGE of the Go module in MODULE_DIR into OUTPUT with LDFLAGS and
-# CGO_ENABLED from the environment, keeping the linked binary in the user's
-# cache under a key of everything that decides its bytes (Go version and
-# platform, CGO_ENABLED, LDFLAGS, the package, the module's go.mod and
-# go.sum). Go's build cache keeps compiled packages but `go build -o`
-# relinks every time: on a fresh clone with warm caches the Kubernetes
-# binaries and helm cost a minute or two of links, a copy costs seconds.
+# Builds PACKAGE of the Go module in MODULE_DIR into OUTPUT with LDFLAGS,
+# CGO_ENABLED and GOFLAGS from the environment, keeping the linked binary in
+# the user's cache under a key of everything that decides its bytes (Go
+# version and platform, CGO_ENABLED, GOFLAGS, LDFLAGS, the package, the
+# module's go.mod and go.sum). Go's build cache keeps compiled packages but
+# `go build -o` relinks every time: on a fresh clone with warm caches the
+# Kubernetes binaries and helm cost a minute or two of links, a copy costs
+# seconds.
 set -euo pipefail
 module_dir=$1 pkg=$2 out=$3
 GO=${GO:-go}
 key=$(
   {
-    "$GO" env GOVERSION GOOS GOARCH CGO_ENABLED
+    "$GO" env GOVERSION GOOS GOARCH CGO_ENABLED GOFLAGS
     echo "LDFLAGS=${LDFLAGS:-}" "$pkg"
     cat "$module_dir/go.mod" "$module_dir/go.sum"
   } | sha256sum | cut -c1-32

@@ -8,9 +8,9 @@
 # not linked binaries: with every output in a fresh clone's _output, a warm
 # CI run linked 70 binaries again, a twelfth of its CPU (2026-12-04).
 #
-# Keyed by the checkout's path, as Go's own action IDs are (without
-# -trimpath): two checkouts never overwrite each other's binaries, and a
-# fresh clone at the same path, as CI's, links only what changed.
+# Keyed by the checkout's path: two checkouts never overwrite each other's
+# binaries, and a fresh clone at the same path, as CI's, links only what
+# changed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 echo "${XDG_CACHE_HOME:-$HOME/.cache}/karmada-exec-gateway/link/$(printf %s "$root" | sha256sum | cut -c1-16)"

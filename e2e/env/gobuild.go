@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 )
 
 // GoBuild runs `go build args... -o out pkg` in dir. With LINK_CACHE set
@@ -23,6 +24,11 @@ func GoBuild(ctx context.Context, dir, pkg, out, cacheName string, args ...strin
 	}
 	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build"}, args...), "-o", target, pkg)...)
 	cmd.Dir = dir
+	if slices.Contains(args, "-race") {
+		// The race detector needs cgo, which make turns off for every other
+		// build (the Makefile says why).
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {
