@@ -626,10 +626,12 @@ func TestRunFollowsFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The cache may not have seen the overwrite yet, so wait for the third
-	// patch rather than for the label alone.
+	// patch rather than for the label alone. A fourth can follow: a worker
+	// that takes the key again before the cache shows the restored label
+	// patches it once more, to the same value (seen on a busy machine).
 	eventually(t, "label restored to member2", func() bool {
 		v, _ := h.cachedLabel("job")
-		return v == "member2" && patchCount(t, m, ResultSuccess) == 3
+		return v == "member2" && patchCount(t, m, ResultSuccess) >= 3
 	})
 
 	stop()
@@ -637,11 +639,12 @@ func TestRunFollowsFailover(t *testing.T) {
 	if got := gaugeValue(t, m.LabelerLeader); got != 0 {
 		t.Errorf("leader gauge after Run = %v, want 0", got)
 	}
-	if got := patchCount(t, m, ResultSuccess); got != 3 {
-		t.Errorf("successful patches = %v, want 3", got)
+	patches := patchCount(t, m, ResultSuccess)
+	if patches < 3 || patches > 4 {
+		t.Errorf("successful patches = %v, want 3 (or 4, one repeated from a stale cache)", patches)
 	}
-	if got := histogramCount(t, m.LabelLatency); got != 3 {
-		t.Errorf("latency observations = %d, want 3", got)
+	if got := histogramCount(t, m.LabelLatency); float64(got) != patches {
+		t.Errorf("latency observations = %d, want one per patch (%v)", got, patches)
 	}
 	for _, p := range h.podPatches() {
 		if p.GetName() != "job" {
