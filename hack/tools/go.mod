@@ -6,10 +6,11 @@
 // One build list for all of them, at the product's versions of what they
 // share (golang.org/x, protobuf, the Prometheus client): a package is
 // compiled once for every binary, `make vet` and the e2e test binary
-// included (hack/verify-shared-versions.sh, which make vet runs, checks). helm v3.21.4 asks for the v0.36 Kubernetes libraries and builds
-// with v0.37.2; etcd's server is the version Kubernetes' etcd client
-// requires (Debian bookworm's etcd-server, 3.4.23, is too old for
-// kube-apiserver's watch-progress requests).
+// included (hack/verify-shared-versions.sh, which make vet runs, checks).
+// helm v3.21.4 asks for the v0.36 Kubernetes libraries and builds with
+// v0.37.2; etcd's server is the version Kubernetes' etcd client requires
+// (Debian bookworm's etcd-server, 3.4.23, is too old for kube-apiserver's
+// watch-progress requests).
 module github.com/karmada-exec-gateway/karmada-exec-gateway/hack/tools
 
 go 1.26.8
