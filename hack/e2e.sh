@@ -149,12 +149,46 @@ read -ra cpu_end </proc/stat
 cpu() { echo $(((cpu_end[$1] - cpu_start[$1]) / 100)); }
 echo "$(nproc) cores, ${elapsed}s: busy $(($(cpu 1) + $(cpu 2) + $(cpu 3) + $(cpu 6) + $(cpu 7))) core-s," \
 	"idle $(cpu 4), iowait $(cpu 5), steal $(cpu 8)"
+# failures LOG: every failed test and subtest, each with what it logged
+# (its t.Error and t.Fatal messages among them), a line per place in the
+# code that logged: the last message from there and how many came. A
+# failure is usually a place of its own, where progress is logged from one
+# place many times, so a long test's failure stays in sight; log dumps are
+# left out. Then a panic or a failure outside any test. go test -v names
+# the test before the lines it prints ("=== RUN", "=== NAME", ...).
+failures() {
+	awk '
+		/^=== (RUN|PAUSE|CONT|NAME) / { test = $3; next }
+		/^    [^ ]+\.go:[0-9]+: / && !/\.go:[0-9]+: -----/ {
+			site = $1
+			if (!((test, site) in count)) places[test, ++nplaces[test]] = site
+			count[test, site]++
+			said[test, site] = substr($0, 5 + length(site) + 1, 240)
+			next
+		}
+		/^ *--- FAIL: / { order[++failed] = $0; next }
+		/^panic: |^FAIL: / { other[++others] = $0 }
+		END {
+			for (i = 1; i <= failed; i++) {
+				print "  " order[i]
+				name = order[i]
+				sub(/^ *--- FAIL: /, "", name)
+				sub(/ .*/, "", name)
+				for (n = 1; n <= nplaces[name] && n <= 15; n++) {
+					site = places[name, n]
+					times = count[name, site] > 1 ? " (" count[name, site] " times, the last)" : ""
+					print "        " substr(site, 1, length(site) - 1) times ": " said[name, site]
+				}
+			}
+			for (i = 1; i <= others; i++) print "  " other[i]
+		}' "$1"
+}
 for line in "${ended_as[@]}"; do
 	name=${line%%:*}
 	echo "shard $line"
 	sed -nE 's/^--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\)$/\3 \2 \1/p' "$out/$name.log" |
 		sort -rn | awk 'NR <= 5 {printf "  %-45s %8ss %s\n", $2, $1, $3}'
-	grep -E '^ *--- FAIL: |^panic: |^FAIL: ' "$out/$name.log" | sed 's/^/  /' || true
+	failures "$out/$name.log"
 done
 if ((${#failed[@]} > 0)); then
 	echo "e2e: shards failed: ${failed[*]}"
