@@ -186,23 +186,18 @@ func (e *Env) startEtcd(ctx context.Context) error {
 	}
 	clientURL := "http://" + hostPort(clientPort)
 	peerURL := "http://" + hostPort(peerPort)
-	e.etcd = &process{
-		name: "etcd",
-		path: e.opts.Etcd,
-		args: []string{
-			"--name=e2e",
-			"--data-dir=" + dataDir,
-			"--listen-client-urls=" + strings.Join(append([]string{clientURL}, e.pullEtcdURLs(clientPort)...), ","),
-			"--advertise-client-urls=" + clientURL,
-			"--listen-peer-urls=" + peerURL,
-			"--initial-advertise-peer-urls=" + peerURL,
-			"--initial-cluster=e2e=" + peerURL,
-			"--listen-metrics-urls=",
-			"--log-level=warn",
-			"--logger=zap",
-		},
-		logPath: filepath.Join(e.logDir, "etcd.log"),
-	}
+	e.etcd = e.newProcess("etcd", e.opts.Etcd,
+		"--name=e2e",
+		"--data-dir="+dataDir,
+		"--listen-client-urls="+strings.Join(append([]string{clientURL}, e.pullEtcdURLs(clientPort)...), ","),
+		"--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=e2e="+peerURL,
+		"--listen-metrics-urls=",
+		"--log-level=warn",
+		"--logger=zap",
+	)
 	e.etcdURL = clientURL
 	if err := e.etcd.start(); err != nil {
 		return err
@@ -279,12 +274,7 @@ func (e *Env) startAPIServers(ctx context.Context) error {
 	}
 	servers := e.apiServers()
 	for _, s := range servers {
-		s.proc = &process{
-			name:    s.name + "-apiserver",
-			path:    filepath.Join(e.opts.BinDir, "kube-apiserver"),
-			args:    e.apiServerArgs(s),
-			logPath: filepath.Join(e.logDir, s.name+"-apiserver.log"),
-		}
+		s.proc = e.newProcess(s.name+"-apiserver", filepath.Join(e.opts.BinDir, "kube-apiserver"), e.apiServerArgs(s)...)
 		if p := e.pull[s.name]; p != nil {
 			s.proc.netns = p.netns
 		}

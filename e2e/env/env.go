@@ -111,6 +111,13 @@ type Options struct {
 	// ComponentLogVerbosity is the klog verbosity of in-process
 	// components, whose logs go to WorkDir/logs.
 	ComponentLogVerbosity int
+	// ComponentsOnEveryCPU runs the Kubernetes and Karmada components
+	// (etcd, the apiservers, controllers, schedulers, kubelets,
+	// containerd, the agents) with Go's default GOMAXPROCS. Without it
+	// each runs with GOMAXPROCS=1 (componentEnv); a measurement of their
+	// capacity (make bench) sets it. The gateway always runs with the
+	// default.
+	ComponentsOnEveryCPU bool
 }
 
 // GatewayOptions configures the gateway process.

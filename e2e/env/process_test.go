@@ -190,3 +190,33 @@ func TestRestarterStartsADiedProcessAgain(t *testing.T) {
 		})
 	}
 }
+
+// Components start with one P unless the environment is a measurement of
+// their capacity; the test's own GOMAXPROCS never reaches them.
+func TestComponentGOMAXPROCS(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "7")
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{name: "default", want: "GOMAXPROCS=1"},
+		{name: "on every CPU", opts: Options{ComponentsOnEveryCPU: true}, want: "GOMAXPROCS=7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Env{opts: tc.opts, logDir: t.TempDir()}
+			p := e.newProcess("component", "/bin/sh", "-c", `echo "GOMAXPROCS=$GOMAXPROCS"`)
+			if err := p.start(); err != nil {
+				t.Fatal(err)
+			}
+			<-p.exited()
+			log, err := os.ReadFile(p.logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lines := strings.Split(strings.TrimSpace(string(log)), "\n"); !slices.Contains(lines, tc.want) {
+				t.Errorf("the component's environment printed %q, want the line %q", log, tc.want)
+			}
+		})
+	}
+}
