@@ -166,6 +166,9 @@ type Env struct {
 	etcdURL string
 	// etcdTmpfsDir is the data dir outside WorkDir (on tmpfs), removed on Stop.
 	etcdTmpfsDir string
+	// workDirLock is held until Stop: a work dir whose lock is free was
+	// left by a process that died without Stop, and the next Start sweeps it.
+	workDirLock  *os.File
 	karmada      *apiServer
 	members      map[string]*apiServer
 	nodes        map[string]*node
@@ -355,6 +358,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
+	if e.workDirLock, err = lockWorkDir(e.workDir); err != nil {
+		return nil, err
+	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -372,6 +378,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}
 	start := time.Now()
 	e.logf("work dir %s", e.workDir)
+	for _, swept := range sweepDeadWorkDirs(os.TempDir()) {
+		e.logf("%s", swept)
+	}
 	e.logf("Karmada %s from %s", e.KarmadaCommit(), opts.KarmadaBinDir)
 
 	// The gateway builds while the apiservers start: both take seconds.
@@ -538,6 +547,7 @@ func (e *Env) stop(keep bool) {
 		if e.etcdTmpfsDir != "" {
 			_ = os.RemoveAll(e.etcdTmpfsDir)
 		}
+		defer unlockWorkDir(e.workDir, e.workDirLock)
 		if keep {
 			e.logf("kept work dir %s", e.workDir)
 			return
