@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,11 +44,26 @@ func TestDemoStopsWithItsParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = parent.Process.Kill(); _ = parent.Wait() }()
-	up := make(chan struct{})
+	// The demo's output, for the failure: a demo that cannot start says why
+	// and exits, which ends the output.
+	var (
+		mu     sync.Mutex
+		output []string
+	)
+	tail := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(output[max(0, len(output)-30):], "\n")
+	}
+	up, ended := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(ended)
 		sc := bufio.NewScanner(stdout)
 		closed := false
 		for sc.Scan() {
+			mu.Lock()
+			output = append(output, sc.Text())
+			mu.Unlock()
 			if !closed && strings.Contains(sc.Text(), "Press Ctrl-C") {
 				close(up)
 				closed = true
@@ -56,8 +72,10 @@ func TestDemoStopsWithItsParent(t *testing.T) {
 	}()
 	select {
 	case <-up:
+	case <-ended:
+		t.Fatalf("the demo exited before it came up:\n%s", tail())
 	case <-time.After(4 * time.Minute):
-		t.Fatal("the demo did not come up within 4 minutes")
+		t.Fatalf("the demo did not come up within 4 minutes:\n%s", tail())
 	}
 	if err := parent.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -354,9 +354,11 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		e.log = io.Discard
 	}
 	if e.workDir = opts.WorkDir; e.workDir == "" {
-		if e.workDir, err = os.MkdirTemp("", "karmada-exec-gateway-e2e-"); err != nil {
+		if e.workDir, err = os.MkdirTemp("", workDirPattern); err != nil {
 			return nil, err
 		}
+	} else if err := os.MkdirAll(e.workDir, 0o755); err != nil {
+		return nil, err
 	}
 	if e.workDirLock, err = lockWorkDir(e.workDir); err != nil {
 		return nil, err
