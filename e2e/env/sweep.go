@@ -99,8 +99,8 @@ func sweepWorkDir(dir string) string {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return "" // its process lives, or another start sweeps it now
 	}
-	if !fileExists(lock.Name()) {
-		return "" // swept between the open and the lock
+	if !sameFile(lock, lock.Name()) {
+		return "" // swept between the open and the lock, and maybe locked anew
 	}
 	killed := killLeftProcesses(dir)
 	roots := kubeletCgroupRoots(dir)
@@ -130,11 +130,21 @@ func sweepWorkDir(dir string) string {
 		dir, killed, len(roots), mounts, strings.Join(freed, " and "))
 }
 
-// leftProcesses are the processes an environment starts that outlive its
-// test process: containerd's shims (started by containerd, not by the
-// test) and Dante (which drops Pdeathsig when it changes its user), and
-// tinyproxy with it. They name the work dir in their arguments: a socket or
-// a configuration file in it. Nothing else is killed, so a user's
+// sameFile reports whether path still names f.
+func sameFile(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(path)
+	return err == nil && os.SameFile(a, b)
+}
+
+// leftProcesses are the processes an environment starts that can outlive
+// its test process: containerd's shims (started by containerd, not by the
+// test) and the Pull members' proxies (Dante drops Pdeathsig when it
+// changes its user). They name the work dir in their arguments: a socket
+// or a configuration file in it. Nothing else is killed, so a user's
 // `tail -f` on a log in the dir is left alone.
 var leftProcesses = []string{"containerd-shim", "danted", "tinyproxy"}
 
