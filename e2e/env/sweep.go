@@ -1,13 +1,11 @@
 package env
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -152,20 +150,7 @@ var leftProcesses = []string{"containerd-shim", "danted", "tinyproxy"}
 // for them to go, and returns how many it killed.
 func killLeftProcesses(dir string) int {
 	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		if err != nil || len(cmdline) == 0 {
-			continue
-		}
-		args := strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")
-		if !isLeftProcess(args, dir) {
-			continue
-		}
+	for _, pid := range pidsWhere(func(args []string) bool { return isLeftProcess(args, dir) }) {
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {
 			pids = append(pids, pid)
 		}

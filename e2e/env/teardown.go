@@ -112,22 +112,30 @@ func (e *Env) stopNode(n *node) {
 // shimPIDs are the containerd shims serving the containerd at socket: a
 // shim runs in its own session, so stopping containerd does not stop it.
 func shimPIDs(socket string) []int {
+	return pidsWhere(func(args []string) bool {
+		if !strings.Contains(filepath.Base(args[0]), "containerd-shim") {
+			return false
+		}
+		i := slices.Index(args, "-address")
+		return i >= 0 && i+1 < len(args) && args[i+1] == socket
+	})
+}
+
+// pidsWhere are the processes, this one aside, whose command line match
+// accepts (args[0] first; a kernel thread, with none, is never passed).
+func pidsWhere(match func(args []string) bool) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, ent := range entries {
 		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
+		if err != nil || pid == os.Getpid() {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		if err != nil {
+		if err != nil || len(cmdline) == 0 {
 			continue
 		}
-		args := strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")
-		if !strings.Contains(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		if i := slices.Index(args, "-address"); i >= 0 && i+1 < len(args) && args[i+1] == socket {
+		if match(strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")) {
 			pids = append(pids, pid)
 		}
 	}
