@@ -10,6 +10,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
 )
 
 // followStream has the upgraded stream of res followed
@@ -27,7 +28,7 @@ func (p *Proxy) followStream(res *http.Response) error {
 	if !proto.PromisesExitStatus() && state.audit == nil && p.recorder == nil {
 		return nil
 	}
-	route, where := state.route, state.upstreamName
+	route, where, via := state.route, state.upstreamName, upstream.Karmada
 	logger := klog.FromContext(res.Request.Context()).WithValues("route", route, "upstream", state.upstreamName)
 	if state.cluster != "" {
 		where = fmt.Sprintf("member cluster %q", state.cluster)
@@ -35,7 +36,7 @@ func (p *Proxy) followStream(res *http.Response) error {
 	}
 	opts := streamfollow.Options{
 		Protocol: proto,
-		Cut:      func() metav1.Status { return streamfollow.CutStatus(where) },
+		Cut:      func(err error) metav1.Status { return streamfollow.CutStatus(where, via, err) },
 		OnCut: func(end streamfollow.End) {
 			result := metrics.CutReported
 			if end == streamfollow.EndCutUnreported {

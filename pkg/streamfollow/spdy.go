@@ -69,17 +69,32 @@ func (f *spdyFollower) channelOf(stream uint32) (Channel, bool) {
 	return 0, false
 }
 
-func (f *spdyFollower) cut(status *metav1.Status) ([]byte, bool) {
+func (f *spdyFollower) partial() int {
+	if f.gaveUp.Load() {
+		return 0
+	}
+	return f.serverScan.partial()
+}
+
+func (f *spdyFollower) cut(status *metav1.Status, dropped bool) ([]byte, bool) {
 	stream := f.streams[Error].Load()
 	if f.clientEnded.Load() || f.gaveUp.Load() || stream == 0 || f.server.statusSeen || f.server.errorFin {
 		return nil, false
 	}
-	if !f.serverScan.atBoundary() || status == nil {
-		// A frame the client has only part of cannot be followed by
-		// another; the node died writing it.
+	if status == nil {
 		return nil, true
 	}
-	return errorStreamFrame(stream, *status), false
+	var tell []byte
+	switch s := &f.serverScan; {
+	case dropped || s.atBoundary():
+	case s.hdrN < frameHeaderLen:
+		return nil, true // a header is always held: not a frame this follower read
+	default:
+		// A frame too long to hold was cut: zeros complete it, so that
+		// the client's framer reads the Failure after it.
+		tell = make([]byte, s.left)
+	}
+	return append(tell, errorStreamFrame(stream, *status)...), false
 }
 
 // serverFrames notes what the server sent: stdout and stderr for the
@@ -102,15 +117,6 @@ func (s *serverFrames) header(h frameHeader) {
 		return
 	}
 	s.cur, s.curKnown = s.watch.channelOf(h.stream)
-	if !s.curKnown || s.cur != Error {
-		return
-	}
-	if h.length > 0 {
-		s.statusSeen = true
-	}
-	if h.flags&byte(spdy.DataFlagFin) != 0 {
-		s.errorFin = true
-	}
 }
 
 func (s *serverFrames) payload(b []byte) {
@@ -127,7 +133,19 @@ func (s *serverFrames) payload(b []byte) {
 	}
 }
 
-func (*serverFrames) end(frameHeader) {}
+// end notes the error stream's status and FIN once their frame is whole:
+// a frame cut short never reached the client.
+func (s *serverFrames) end(h frameHeader) {
+	if h.control || !s.curKnown || s.cur != Error {
+		return
+	}
+	if h.length > 0 {
+		s.statusSeen = true
+	}
+	if h.flags&byte(spdy.DataFlagFin) != 0 {
+		s.errorFin = true
+	}
+}
 
 // clientFrames reads the client's frames: SYN_STREAM header blocks through
 // spdystream's Framer (their zlib context spans the connection, so it reads
@@ -340,6 +358,21 @@ func (s *frameScanner) scan(b []byte, h frameHandler) {
 
 // atBoundary reports whether the bytes seen end with a whole frame.
 func (s *frameScanner) atBoundary() bool { return s.hdrN == 0 }
+
+// partial is how many of the bytes seen belong to the frame not yet
+// whole, if it is at most maxHeldFrame long (its header not yet whole
+// always is).
+func (s *frameScanner) partial() int {
+	switch {
+	case s.hdrN == 0:
+		return 0
+	case s.hdrN < frameHeaderLen:
+		return s.hdrN
+	case frameHeaderLen+s.cur.length > maxHeldFrame:
+		return 0
+	}
+	return frameHeaderLen + s.cur.length - s.left
+}
 
 func (h *frameHeader) parse() {
 	first := binary.BigEndian.Uint32(h.raw[0:4])

@@ -109,6 +109,10 @@ func TestSPDYStreamCut(t *testing.T) {
 		wantInject bool
 		wantEnd    End
 		rawClient  []byte // sent after client's frames
+		// delivered is how much of server the client gets before what is
+		// injected (0: all of it); padding, the zeros that complete a
+		// frame too long to hold.
+		delivered, padding int
 	}{
 		{name: "cut before a status", client: opened, server: spdyBytes(t, replied...), end: io.EOF, wantInject: true, wantEnd: EndCutReported},
 		{name: "cut by a reset", client: opened, server: spdyBytes(t, replied...), end: syscall.ECONNRESET, wantInject: true, wantEnd: EndCutReported},
@@ -126,8 +130,29 @@ func TestSPDYStreamCut(t *testing.T) {
 			server: spdyBytes(t, append(slices.Clone(replied), data(errStream, true, ""))...),
 		},
 		{
-			name: "cut inside a frame", client: opened, end: io.EOF, wantEnd: EndCutUnreported,
-			server: func() []byte { b := spdyBytes(t, replied...); return b[:len(b)-2] }(),
+			// The frame's start is held back: the client gets whole frames,
+			// then the Failure.
+			name: "cut inside a frame", client: opened, end: io.EOF, wantInject: true, wantEnd: EndCutReported,
+			server:    func() []byte { b := spdyBytes(t, replied...); return b[:len(b)-2] }(),
+			delivered: len(spdyBytes(t, synReply(errStream), synReply(stdout))),
+		},
+		{
+			// A status frame cut short never reached the client: a cut.
+			name: "cut inside the status frame", client: opened, end: io.EOF, wantInject: true, wantEnd: EndCutReported,
+			server: func() []byte {
+				b := spdyBytes(t, append(slices.Clone(replied), data(errStream, false, `{"status":"Success"}`))...)
+				return b[:len(b)-3]
+			}(),
+			delivered: len(spdyBytes(t, replied...)),
+		},
+		{
+			// Too long to hold: passed on as it came, then completed.
+			name: "cut inside a frame too long to hold", client: opened, end: io.EOF, wantInject: true, wantEnd: EndCutReported,
+			server: func() []byte {
+				b := spdyBytes(t, append(slices.Clone(replied), data(stdout, false, strings.Repeat("x", maxHeldFrame)))...)
+				return b[:len(b)-1000]
+			}(),
+			padding: 1000,
 		},
 		{name: "client went away", client: opened, server: spdyBytes(t, replied...), end: io.EOF, clientLeft: true, wantEnd: EndClientClosed},
 		{
@@ -160,7 +185,7 @@ func TestSPDYStreamCut(t *testing.T) {
 				var sums []Summary
 				w := NewStream(up, Options{
 					Protocol: spdyV4,
-					Cut:      func() metav1.Status { return CutStatus(`member cluster "m1"`) },
+					Cut:      func(err error) metav1.Status { return CutStatus(`member cluster "m1"`, "karmada-apiserver", err) },
 					OnCut:    func(e End) { cuts = append(cuts, e) },
 					OnEnd:    func(s Summary) { sums = append(sums, s) },
 				})
@@ -179,12 +204,23 @@ func TestSPDYStreamCut(t *testing.T) {
 				if !errors.Is(err, tc.end) {
 					t.Errorf("read ended with %v, want upstream's %v", err, tc.end)
 				}
-				if !bytes.HasPrefix(got, tc.server) {
+				delivered := tc.server
+				if tc.delivered > 0 {
+					delivered = tc.server[:tc.delivered]
+				}
+				if !bytes.HasPrefix(got, delivered) {
 					t.Fatal("server bytes changed on their way to the client")
 				}
-				injected := got[len(tc.server):]
+				injected := got[len(delivered):]
+				if tc.padding > 0 {
+					if len(injected) < tc.padding || !bytes.Equal(injected[:tc.padding], make([]byte, tc.padding)) {
+						t.Fatalf("the cut frame was not completed with %d zeros", tc.padding)
+					}
+					injected = injected[tc.padding:]
+				}
 				if tc.wantInject {
 					checkInjected(t, injected, errStream, `member cluster "m1"`)
+					checkFrames(t, got)
 				} else if len(injected) > 0 {
 					t.Errorf("injected %q, want nothing", injected)
 				}
@@ -310,6 +346,30 @@ func readAllSmall(r io.Reader, n int) ([]byte, error) {
 	}
 }
 
+// checkFrames reads b to its end as the client's framer would: whole
+// frames, the last one the error stream's DATA with FIN.
+func checkFrames(t *testing.T, b []byte) {
+	t.Helper()
+	f, err := spdy.NewFramer(io.Discard, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last spdy.Frame
+	for {
+		frame, err := f.ReadFrame()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the client's bytes do not read as whole SPDY frames: %v", err)
+		}
+		last = frame
+	}
+	if d, ok := last.(*spdy.DataFrame); !ok || d.Flags&spdy.DataFlagFin == 0 {
+		t.Fatalf("last frame %#v, want the Failure's DATA with FIN", last)
+	}
+}
+
 // checkInjected reads b as the client's framer would: one DATA frame with
 // FIN on stream carrying a Failure Status naming where.
 func checkInjected(t *testing.T, b []byte, stream spdy.StreamId, where string) {
@@ -362,13 +422,19 @@ func TestProtocolOf(t *testing.T) {
 		{"websocket", "Sec-WebSocket-Protocol", "v4.channel.k8s.io", "portforward", false, false},
 		{"websocket", "Sec-WebSocket-Protocol", "v4.channel.k8s.io", "log", false, false},
 		{"SPDY/3.1", "Sec-WebSocket-Protocol", "v4.channel.k8s.io", "exec", false, false},
+		// An extension changes the payloads: relayed, not followed.
+		{"websocket", "Sec-WebSocket-Protocol", "v5.channel.k8s.io", "exec+extension", false, false},
 	}
 	for _, tc := range cases {
 		h := http.Header{"Connection": {"Upgrade"}, "Upgrade": {tc.upgrade}}
 		if tc.protocol != "" {
 			h.Set(tc.header, tc.protocol)
 		}
-		p := ProtocolOf(h, tc.subresource)
+		sub, ext := strings.CutSuffix(tc.subresource, "+extension")
+		if ext {
+			h.Set("Sec-WebSocket-Extensions", "permessage-deflate")
+		}
+		p := ProtocolOf(h, sub)
 		if p.Decodes() != tc.decodes || p.PromisesExitStatus() != tc.exitStatus {
 			t.Errorf("%s %s %q on %s: decodes %v, exit status %v; want %v, %v", tc.upgrade, tc.header, tc.protocol, tc.subresource,
 				p.Decodes(), p.PromisesExitStatus(), tc.decodes, tc.exitStatus)
@@ -434,7 +500,7 @@ func FuzzSPDYScanner(f *testing.F) {
 			}
 		}
 		w := NewStream(&scriptedUpstream{chunks: [][]byte{b}, end: io.EOF}, Options{Protocol: spdyV4, Observer: &recorder{},
-			Cut: func() metav1.Status { return CutStatus("m") }})
+			Cut: func(err error) metav1.Status { return CutStatus("m", "karmada-apiserver", err) }})
 		_, _ = w.Write(b[:split])
 		_, _ = w.Write(b[split:])
 		_, _ = readAllSmall(w, 7)

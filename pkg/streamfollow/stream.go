@@ -3,13 +3,17 @@ package streamfollow
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/remotecommand"
@@ -69,10 +73,16 @@ const (
 	// EndCutReported: upstream ended it without the exit status its
 	// protocol promises; the client was told (Options.Cut).
 	EndCutReported End = "cut_reported"
-	// EndCutUnreported: the same, but the cut could not be told (upstream
-	// ended inside a frame or a message) or there was nothing to tell it
-	// with.
+	// EndCutUnreported: the same, but the cut could not be told (the
+	// follower lost track of the protocol's frames) or there was nothing
+	// to tell it with.
 	EndCutUnreported End = "cut_unreported"
+	// EndGatewayShutdown: the gateway ended the stream because it was
+	// shutting down and the stream outlived the grace period (Terminate).
+	EndGatewayShutdown End = "gateway_shutdown"
+	// EndRecordingFailed: the gateway ended the stream because its
+	// recording failed and recording fails closed (Terminate).
+	EndRecordingFailed End = "recording_failed"
 )
 
 // Summary is what a Stream saw, reported once when it closes.
@@ -151,6 +161,9 @@ func ProtocolOf(h http.Header, subresource string) Protocol {
 		case remotecommand.StreamProtocolV3Name, remotecommand.StreamProtocolV2Name, remotecommand.StreamProtocolV1Name:
 			return Protocol{kind: spdyChannels, name: v}
 		}
+	case strings.EqualFold(upgrade, "websocket") && h.Get("Sec-WebSocket-Extensions") != "":
+		// An extension (permessage-deflate) changes the frames' payload;
+		// no Kubernetes server negotiates one. Relayed, not followed.
 	case strings.EqualFold(upgrade, "websocket"):
 		v := strings.TrimSpace(h.Get("Sec-WebSocket-Protocol"))
 		switch v {
@@ -175,9 +188,10 @@ type Options struct {
 	Protocol Protocol
 	// Observer, when set, is told the channels' data and resizes.
 	Observer Observer
-	// Cut, when set, is the Status told to a client whose stream the
-	// member cut (only for protocols that promise an exit status).
-	Cut func() metav1.Status
+	// Cut, when set, is the Status told to a client whose stream
+	// upstream cut (only for protocols that promise an exit status), given
+	// upstream's read error.
+	Cut func(readErr error) metav1.Status
 	// OnCut, when set, is called when a cut is found (EndCutReported or
 	// EndCutUnreported), on the copy goroutine, before the client is told.
 	OnCut func(End)
@@ -192,120 +206,278 @@ type follower interface {
 	// order, before it is passed on.
 	fromClient(p []byte)
 	fromServer(p []byte)
+	// partial is how many of the last bytes fromServer saw belong to a
+	// server frame not yet whole, if that frame is short enough to be held
+	// back (maxHeldFrame); 0 at a frame boundary, for a longer frame, or
+	// once the follower lost track of the frames.
+	partial() int
 	// cut is asked once, when upstream ended and the client is there:
-	// the bytes that tell the client its stream was cut (nil without a
-	// cut), or found when a cut was found that cannot be told.
-	cut(status *metav1.Status) (tell []byte, found bool)
+	// the bytes that tell the client its stream ended with status, or
+	// found when a cut was found that cannot be told (status nil, or the
+	// frames were lost track of). dropped says the bytes of a frame not
+	// yet whole were held back and will never reach the client: the
+	// client's bytes end at the boundary before that frame. Nothing is
+	// returned when the protocol's own end came (an exit status, a close).
+	cut(status *metav1.Status, dropped bool) (tell []byte, found bool)
 	// status is the exit status the server sent, or nil.
 	status() []byte
 }
 
+// maxHeldFrame bounds the server frame a Stream holds back until it is
+// whole: a kubelet's frames carry at most 32 KiB of a container's output.
+// A longer frame is passed on as it comes, and completed with zero bytes
+// if upstream cuts it, so the client's framer still reaches the Failure.
+const maxHeldFrame = 64<<10 + 16
+
+// minHeldRead is the room a read behind held bytes is given at least.
+const minHeldRead = 16 << 10
+
+// writeFailureWait bounds how long a write that failed because upstream
+// ended waits for the read side to tell the client why: ReverseProxy
+// closes the client's connection as soon as either direction ends.
+const writeFailureWait = 2 * time.Second
+
+// termination is why the gateway ended a stream (Terminate).
+type termination struct {
+	end    End
+	status metav1.Status
+}
+
 // Stream is the upstream side of an upgraded tunnel as ReverseProxy copies
 // it, followed. Read runs on ReverseProxy's upstream-to-client goroutine
-// only, Write on the client-to-upstream one, Close on either or another.
+// only, Write on the client-to-upstream one, Close and Terminate on either
+// or another.
+//
+// For a protocol that promises an exit status, Read passes on whole server
+// frames only: the start of a frame is held back until the frame is whole
+// (up to maxHeldFrame), so wherever upstream cuts the tunnel the client's
+// bytes end at a frame boundary, where the Failure can follow.
 type Stream struct {
 	io.ReadWriteCloser
 	opts   Options
 	follow follower // nil when the protocol is not followed
+	hold   bool     // whole frames only (see Stream)
 
 	fromClient, fromServer atomic.Int64
 	// clientLeft: the gateway closed the stream: nothing is reported to
 	// a client that is gone.
 	clientLeft atomic.Bool
+	// terminated: the gateway ended the stream, and why (Terminate).
+	terminated atomic.Pointer[termination]
 	// ended is upstream's end as the Read side judged it ("" until then).
 	ended   atomic.Pointer[End]
 	endOnce sync.Once
+	// readDone closes when Read returned upstream's end to ReverseProxy.
+	readDone     chan struct{}
+	readDoneOnce sync.Once
 
-	// Read side.
+	// Read side. held[r:ready] are whole frames not yet read by the
+	// client, held[ready:] the start of a frame still coming.
+	heldBuf  *[heldBufferSize]byte
+	held     []byte
+	r, ready int
+	judged   bool
 	pending  []byte // the frames telling the client, until delivered
-	injected bool
-	readErr  error // upstream's end, returned after pending
+	readErr  error  // upstream's end, returned after pending
 }
 
 // NewStream follows upstream as opts say.
 func NewStream(upstream io.ReadWriteCloser, opts Options) *Stream {
-	s := &Stream{ReadWriteCloser: upstream, opts: opts}
+	s := &Stream{ReadWriteCloser: upstream, opts: opts, readDone: make(chan struct{})}
 	switch opts.Protocol.kind {
 	case spdyChannels:
 		s.follow = newSPDYFollower(opts.Observer)
 	case webSocketChannels:
 		s.follow = newWebSocketFollower(opts.Observer)
 	}
+	s.hold = s.follow != nil && opts.Protocol.exitStatus
 	return s
 }
 
 // Write follows the client's frames before they go upstream, so what they
-// open is known before the server can answer on it.
+// open is known before the server can answer on it. A write that fails
+// because upstream ended waits, briefly, for the read side to tell the
+// client how the stream ended: ReverseProxy closes the client's
+// connection as soon as this copy returns.
 func (s *Stream) Write(p []byte) (int, error) {
 	if s.follow != nil {
 		s.follow.fromClient(p)
 	}
 	n, err := s.ReadWriteCloser.Write(p)
 	s.fromClient.Add(int64(n))
+	if err != nil && !s.clientLeft.Load() {
+		t := time.NewTimer(writeFailureWait)
+		select {
+		case <-s.readDone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	return n, err
 }
 
 func (s *Stream) Read(p []byte) (int, error) {
-	if s.injected {
-		return s.drain(p)
-	}
-	n, err := s.ReadWriteCloser.Read(p)
-	if n > 0 {
-		s.fromServer.Add(int64(n))
-		if s.follow != nil {
-			s.follow.fromServer(p[:n])
+	for {
+		switch {
+		case s.ready > s.r:
+			n := copy(p, s.held[s.r:s.ready])
+			if s.r += n; s.r == len(s.held) {
+				s.releaseHeld()
+			}
+			return n, nil
+		case s.readErr != nil:
+			return s.end(p)
+		case len(s.held) == 0:
+			// Nothing held: read straight into the client's buffer.
+			n, err := s.ReadWriteCloser.Read(p)
+			s.saw(p[:n])
+			if k := min(s.partial(), n); k > 0 {
+				s.takeHeld()
+				s.held = append(s.held, p[n-k:n]...)
+				n -= k
+			}
+			s.readErr = err
+			if n > 0 {
+				return n, nil
+			}
+		default:
+			// The start of a frame is held: read the rest behind it.
+			s.compact()
+			w := len(s.held)
+			if w == cap(s.held) { // not a frame this follower holds: pass it on
+				s.ready = w
+				continue
+			}
+			n, err := s.ReadWriteCloser.Read(s.held[w:cap(s.held)])
+			s.held = s.held[:w+n]
+			s.saw(s.held[w:])
+			s.ready = len(s.held) - min(s.partial(), len(s.held))
+			s.readErr = err
 		}
 	}
-	if err == nil || s.clientLeft.Load() || s.ended.Load() != nil {
-		return n, err
-	}
-	end := s.judgeEnd()
-	s.ended.Store(&end)
-	if end != EndCompleted && s.opts.OnCut != nil {
-		s.opts.OnCut(end)
-	}
-	if end != EndCutReported {
-		return n, err
-	}
-	s.injected, s.readErr = true, err
-	if n > 0 {
-		return n, nil
-	}
-	return s.drain(p)
 }
 
-// judgeEnd tells how upstream ended the stream and, for a cut it can tell,
-// prepares the frames that tell it.
-func (s *Stream) judgeEnd() End {
+// heldBufferSize fits the longest frame held and a read behind it.
+const heldBufferSize = maxHeldFrame + minHeldRead
+
+// heldBuffers lend Streams the buffer a frame is held in while it comes:
+// an interactive session holds nothing between frames, and should not
+// keep 80 KiB for its hours of idleness.
+var heldBuffers = sync.Pool{New: func() any { return new([heldBufferSize]byte) }}
+
+func (s *Stream) takeHeld() {
+	if s.heldBuf == nil {
+		s.heldBuf = heldBuffers.Get().(*[heldBufferSize]byte)
+		s.held, s.r, s.ready = s.heldBuf[:0], 0, 0
+	}
+}
+
+func (s *Stream) releaseHeld() {
+	if s.heldBuf != nil {
+		heldBuffers.Put(s.heldBuf)
+	}
+	s.heldBuf, s.held, s.r, s.ready = nil, nil, 0, 0
+}
+
+// compact drops what the client read of held.
+func (s *Stream) compact() {
+	if s.r == 0 {
+		return
+	}
+	s.held = s.held[:copy(s.held, s.held[s.r:])]
+	s.ready -= s.r
+	s.r = 0
+}
+
+// saw counts and follows bytes that came from upstream.
+func (s *Stream) saw(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	s.fromServer.Add(int64(len(b)))
+	if s.follow != nil {
+		s.follow.fromServer(b)
+	}
+}
+
+func (s *Stream) partial() int {
+	if !s.hold {
+		return 0
+	}
+	return s.follow.partial()
+}
+
+// end runs once upstream ended and every whole frame was read: it judges
+// the end once, then hands out what tells the client, then upstream's
+// error.
+func (s *Stream) end(p []byte) (int, error) {
+	if !s.judged {
+		s.judged = true
+		dropped := len(s.held) > s.ready
+		s.releaseHeld()
+		if term := s.terminated.Load(); term != nil || !s.clientLeft.Load() {
+			end := s.judgeEnd(term, dropped)
+			s.ended.Store(&end)
+			if term == nil && end != EndCompleted && s.opts.OnCut != nil {
+				s.opts.OnCut(end)
+			}
+		}
+	}
+	if len(s.pending) > 0 {
+		n := copy(p, s.pending)
+		s.pending = s.pending[n:]
+		return n, nil
+	}
+	s.readDoneOnce.Do(func() { close(s.readDone) })
+	return 0, s.readErr
+}
+
+// judgeEnd tells how the stream ended: by the gateway's Terminate, by
+// upstream as its protocol ends, or by a cut; for a cut it can tell, or a
+// termination, it prepares the frames that tell the client.
+func (s *Stream) judgeEnd(term *termination, dropped bool) End {
+	cutEnd, unreported := EndCutReported, EndCutUnreported
+	if term != nil {
+		cutEnd, unreported = term.end, term.end
+	}
 	if s.follow == nil || !s.opts.Protocol.exitStatus {
+		if term != nil {
+			return term.end
+		}
 		return EndCompleted
 	}
 	var st *metav1.Status
-	if s.opts.Cut != nil {
-		v := s.opts.Cut()
+	switch {
+	case term != nil:
+		st = &term.status
+	case s.opts.Cut != nil:
+		v := s.opts.Cut(s.readErr)
 		st = &v
 	}
-	tell, found := s.follow.cut(st)
+	tell, found := s.follow.cut(st, dropped)
 	switch {
 	case tell != nil:
 		s.pending = tell
-		return EndCutReported
+		return cutEnd
 	case found:
-		return EndCutUnreported
+		return unreported
 	}
 	return EndCompleted
 }
 
-func (s *Stream) drain(p []byte) (int, error) {
-	if len(s.pending) == 0 {
-		return 0, s.readErr
+// Terminate ends the stream for the gateway's own reason: it closes
+// upstream, and the Read side, once the client read every whole frame,
+// tells the client status on the error channel (for a protocol that
+// promises an exit status) before the tunnel ends. The Summary says end,
+// unless the exit status had come. Only the first call counts.
+func (s *Stream) Terminate(end End, status metav1.Status) {
+	if s.terminated.CompareAndSwap(nil, &termination{end: end, status: status}) {
+		_ = s.ReadWriteCloser.Close()
 	}
-	n := copy(p, s.pending)
-	s.pending = s.pending[n:]
-	return n, nil
 }
 
-// Close closes upstream and reports the Summary.
+// Close closes upstream and reports the Summary, once; a second Close
+// waits for the first one's report.
 func (s *Stream) Close() error {
 	s.clientLeft.Store(true)
 	err := s.ReadWriteCloser.Close()
@@ -320,30 +492,56 @@ func (s *Stream) Close() error {
 // Summary is what the Stream saw so far.
 func (s *Stream) Summary() Summary {
 	sum := Summary{End: EndClientClosed, FromClient: s.fromClient.Load(), FromServer: s.fromServer.Load()}
+	closedByGateway := false
 	if e := s.ended.Load(); e != nil {
 		sum.End = *e
+	} else if t := s.terminated.Load(); t != nil {
+		sum.End, closedByGateway = t.end, true
 	}
 	if s.follow != nil {
 		sum.Status = s.follow.status()
 	}
-	if sum.End == EndClientClosed && sum.Status != nil {
-		// The exit status came: the client closing after it is the end.
+	if (sum.End == EndClientClosed || closedByGateway) && sum.Status != nil {
+		// The exit status came: closing after it is the end.
 		sum.End = EndCompleted
 	}
 	return sum
 }
 
-// CutStatus is the Status a client gets for a stream the member cut;
-// where names it ("member cluster \"m1\"").
-func CutStatus(where string) metav1.Status {
+// CutStatus is the Status a client gets for a stream cut before its exit
+// status: where names what the stream came from ("member cluster
+// \"m1\""), via the connection the gateway read it on
+// ("karmada-apiserver"), and how that connection ended (readErr, upstream's
+// read error). It says what the gateway saw and nothing it cannot know:
+// that connection ends the same way whether a kubelet, a member's
+// apiserver, Karmada's cluster proxy or a proxy in front of a member
+// stopped, and the command may still run.
+func CutStatus(where, via string, readErr error) metav1.Status {
 	return metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure,
 		Code:     http.StatusServiceUnavailable,
 		Reason:   metav1.StatusReasonServiceUnavailable,
-		Message: fmt.Sprintf("the stream from %s was cut before the command's exit status arrived "+
-			"(the pod's node, its kubelet or its container runtime stopped answering); the command's outcome is unknown", where),
+		Message: fmt.Sprintf("the stream from %s ended before the command's exit status arrived: "+
+			"the gateway's connection to %s that carried it %s; the command's outcome is unknown", where, via, howEnded(readErr)),
 	}
+}
+
+// howEnded says how a connection's read ended, without the addresses a
+// net.OpError carries.
+func howEnded(err error) string {
+	var timeout interface{ Timeout() bool }
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+		return "was closed"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "was reset"
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return "timed out"
+	case errors.Is(err, net.ErrClosed):
+		return "was closed by the gateway"
+	}
+	return "failed"
 }
 
 // statusJSON is status as the kubelet writes it on an error channel.

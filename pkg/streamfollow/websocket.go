@@ -34,6 +34,7 @@ type webSocketFollower struct {
 func newWebSocketFollower(obs Observer) *webSocketFollower {
 	f := &webSocketFollower{obs: obs}
 	f.server.payload = f.serverPayload
+	f.server.messageEnd = f.serverMessageEnd
 	f.client.masked = true
 	if obs != nil {
 		f.client.payload = f.clientPayload
@@ -55,7 +56,6 @@ func (f *webSocketFollower) status() []byte { return f.errStatus.get() }
 func (f *webSocketFollower) serverPayload(ch byte, b []byte) {
 	switch Channel(ch) {
 	case Error:
-		f.statusSeen = true
 		f.errStatus.add(b)
 	case Stdout, Stderr:
 		if f.obs != nil {
@@ -79,15 +79,44 @@ func (f *webSocketFollower) clientMessageEnd(ch byte) {
 	}
 }
 
-func (f *webSocketFollower) cut(status *metav1.Status) ([]byte, bool) {
+func (f *webSocketFollower) serverMessageEnd(ch byte) {
+	if Channel(ch) == Error {
+		f.statusSeen = true
+	}
+}
+
+func (f *webSocketFollower) partial() int { return f.server.partial() }
+
+func (f *webSocketFollower) cut(status *metav1.Status, dropped bool) ([]byte, bool) {
 	s := &f.server
 	if s.closed || s.gaveUp || f.statusSeen {
 		return nil, false
 	}
-	if s.hdrN != 0 || s.left != 0 || s.inMessage || status == nil {
-		return nil, true // the node died writing a frame or a message
+	if status == nil {
+		return nil, true
 	}
-	return webSocketCutFrames(*status), false
+	// inMessage: the client has the start of a data message whose end
+	// must come before the Failure's message.
+	var tell []byte
+	inMessage := s.inMessage
+	switch {
+	case dropped && s.hdrN == 0:
+		inMessage = s.inMessageBefore // the frame whose start was held back never reached the client
+	case dropped:
+	case s.hdrN > 0:
+		return nil, true // a header is always held: not a frame this follower read
+	case s.left > 0:
+		// A frame too long to hold was cut: zeros complete it (server
+		// frames are not masked).
+		tell = make([]byte, s.left)
+		if s.data && s.fin {
+			inMessage = false
+		}
+	}
+	if inMessage {
+		tell = appendWebSocketHeader(tell, true, wsContinuation, 0)
+	}
+	return append(tell, webSocketCutFrames(*status)...), false
 }
 
 // wsReader reads the frames of one direction of a WebSocket connection,
@@ -108,9 +137,14 @@ type wsReader struct {
 
 	data, fin bool // the current frame is a data frame; it ends its message
 	inMessage bool // a data message's frames are coming
-	first     bool // the next payload byte is a message's first: its channel
-	channel   byte // of the current message
-	scratch   []byte
+	// inMessageBefore is inMessage before the current frame started.
+	inMessageBefore bool
+	opcode          byte
+	hdrLen          int    // of the current frame
+	frameLen        uint64 // of the current frame's payload
+	first           bool   // the next payload byte is a message's first: its channel
+	channel         byte   // of the current message
+	scratch         []byte
 
 	closed, gaveUp bool
 }
@@ -151,9 +185,26 @@ func (r *wsReader) read(b []byte) {
 	}
 }
 
+// partial is how many of the bytes read belong to the frame not yet
+// whole, if it is at most maxHeldFrame long (its header not yet whole
+// always is).
+func (r *wsReader) partial() int {
+	switch {
+	case r.gaveUp:
+		return 0
+	case r.hdrN > 0:
+		return r.hdrN
+	case r.left == 0 || uint64(r.hdrLen)+r.frameLen > maxHeldFrame:
+		return 0
+	}
+	return r.hdrLen + int(r.frameLen-r.left)
+}
+
 func (r *wsReader) startFrame() {
-	r.hdrN = 0
+	r.hdrLen, r.hdrN = r.hdrN, 0
+	r.inMessageBefore = r.inMessage
 	opcode := r.hdr[0] & 0x0f
+	r.opcode = opcode
 	r.fin = r.hdr[0]&0x80 != 0
 	off := 2
 	switch n := r.hdr[1] & 0x7f; n {
@@ -166,15 +217,20 @@ func (r *wsReader) startFrame() {
 	default:
 		r.left = uint64(n)
 	}
+	r.frameLen = r.left
 	if r.masked {
 		copy(r.key[:], r.hdr[off:off+4])
 		r.keyN = 0
 	}
 	r.data = opcode < wsClose
 	switch {
-	case opcode == wsClose:
-		r.closed = true
-	case opcode > wsClose: // ping, pong
+	case r.hdr[0]&0x70 != 0: // RSV bits: no extension is followed (ProtocolOf)
+		r.gaveUp = true
+		return
+	case opcode >= wsClose && (!r.fin || r.left > 125): // RFC 6455 5.5
+		r.gaveUp = true
+		return
+	case opcode >= wsClose: // close (noted once whole), ping, pong
 	case opcode == wsContinuation && r.inMessage:
 	case (opcode == wsText || opcode == wsBinary) && !r.inMessage:
 		r.inMessage, r.first = true, true
@@ -210,6 +266,9 @@ func (r *wsReader) framePayload(b []byte) {
 }
 
 func (r *wsReader) endFrame() {
+	if r.opcode == wsClose {
+		r.closed = true
+	}
 	if r.data && r.fin {
 		r.inMessage = false
 		if r.messageEnd != nil && !r.first {

@@ -42,6 +42,12 @@ func TestWebSocketStreamCut(t *testing.T) {
 		clientLeft bool
 		wantInject bool
 		wantEnd    End
+		// delivered is how much of server the client gets before what is
+		// injected (0: all of it, -1: none); padding, the zeros that
+		// complete a frame too long to hold; endMessage, an empty final
+		// frame ending the message the client has the start of.
+		delivered, padding int
+		endMessage         bool
 	}{
 		{name: "cut before a status", server: stdout, wantInject: true, wantEnd: EndCutReported},
 		{name: "cut after a long message", server: wsMessage(1, strings.Repeat("x", 300)), wantInject: true, wantEnd: EndCutReported},
@@ -52,9 +58,23 @@ func TestWebSocketStreamCut(t *testing.T) {
 		{name: "status came in fragments", wantEnd: EndCompleted,
 			server: slices.Concat(wsFrame(false, wsBinary, []byte{byte(Error)}), wsFrame(true, wsContinuation, []byte(status)))},
 		{name: "server closed", server: slices.Concat(stdout, wsFrame(true, wsClose, []byte{0x03, 0xe8})), wantEnd: EndCompleted},
-		{name: "cut inside a frame", server: stdout[:len(stdout)-2], wantEnd: EndCutUnreported},
-		{name: "cut inside a message", server: wsFrame(false, wsBinary, []byte{1, 'a'}), wantEnd: EndCutUnreported},
+		// The frame's start is held back: the client gets whole frames,
+		// then the Failure.
+		{name: "cut inside a frame", server: stdout[:len(stdout)-2], delivered: -1, wantInject: true, wantEnd: EndCutReported},
+		{name: "cut inside the status", server: slices.Concat(stdout, wsMessage(byte(Error), status)[:10]), delivered: len(stdout), wantInject: true, wantEnd: EndCutReported},
+		// An empty final frame ends the message the client has the start of.
+		{name: "cut inside a message", server: wsFrame(false, wsBinary, []byte{1, 'a'}), endMessage: true, wantInject: true, wantEnd: EndCutReported},
+		{name: "cut inside a message's second frame", server: slices.Concat(wsFrame(false, wsBinary, []byte{1, 'a'}), wsFrame(true, wsContinuation, []byte("bcd"))[:3]),
+			delivered: 4, endMessage: true, wantInject: true, wantEnd: EndCutReported},
+		// Too long to hold: passed on as it came, then completed.
+		{name: "cut inside a frame too long to hold", server: wsMessage(1, strings.Repeat("x", maxHeldFrame))[:40000], padding: maxHeldFrame + 1 + 10 - 40000,
+			wantInject: true, wantEnd: EndCutReported},
 		{name: "masked server frame", server: []byte{0x82, 0x81, 1, 2, 3, 4, 5}, wantEnd: EndCompleted},
+		// Not WebSocket as RFC 6455 has it, without an extension: relayed
+		// as it came, never held.
+		{name: "reserved bits set", server: []byte{0x62, 0x79, 'x'}, wantEnd: EndCompleted},
+		{name: "control frame not final", server: []byte{0x09, 0x05, 'p'}, wantEnd: EndCompleted},
+		{name: "control frame too long", server: []byte{0x89, 126, 0, 200, 'p'}, wantEnd: EndCompleted},
 		{name: "client went away", server: stdout, clientLeft: true, wantEnd: EndClientClosed},
 	}
 	for _, tc := range cases {
@@ -65,7 +85,7 @@ func TestWebSocketStreamCut(t *testing.T) {
 				var sum Summary
 				w := NewStream(up, Options{
 					Protocol: webSocketV5,
-					Cut:      func() metav1.Status { return CutStatus(`member cluster "m1"`) },
+					Cut:      func(err error) metav1.Status { return CutStatus(`member cluster "m1"`, "karmada-apiserver", err) },
 					OnCut:    func(e End) { cuts = append(cuts, e) },
 					OnEnd:    func(s Summary) { sum = s },
 				})
@@ -76,12 +96,32 @@ func TestWebSocketStreamCut(t *testing.T) {
 				if err != io.EOF {
 					t.Errorf("read ended with %v, want upstream's EOF", err)
 				}
-				if !bytes.HasPrefix(got, tc.server) {
+				delivered := tc.server
+				switch {
+				case tc.delivered < 0:
+					delivered = nil
+				case tc.delivered > 0:
+					delivered = tc.server[:tc.delivered]
+				}
+				if !bytes.HasPrefix(got, delivered) {
 					t.Fatal("server bytes changed on their way to the client")
 				}
-				injected := got[len(tc.server):]
+				injected := got[len(delivered):]
+				if tc.padding > 0 {
+					if len(injected) < tc.padding || !bytes.Equal(injected[:tc.padding], make([]byte, tc.padding)) {
+						t.Fatalf("the cut frame was not completed with %d zeros", tc.padding)
+					}
+					injected = injected[tc.padding:]
+				}
+				if end := []byte{0x80 | wsContinuation, 0}; tc.endMessage {
+					if !bytes.HasPrefix(injected, end) {
+						t.Fatalf("injected %q, want an empty final frame first", injected)
+					}
+					injected = injected[len(end):]
+				}
 				if tc.wantInject {
 					checkWebSocketInjected(t, injected, `member cluster "m1"`)
+					checkGorillaReadsFailure(t, got)
 				} else if len(injected) > 0 {
 					t.Errorf("injected %q, want nothing", injected)
 				}
@@ -95,6 +135,28 @@ func TestWebSocketStreamCut(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// checkGorillaReadsFailure reads b as gorilla/websocket's client does:
+// whole messages, the last one the Failure on the error channel, then a
+// normal closure.
+func checkGorillaReadsFailure(t *testing.T, b []byte) {
+	t.Helper()
+	c := gorillaClient(t, b)
+	var last []byte
+	for {
+		_, msg, err := c.ReadMessage()
+		if websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the client's bytes do not read as whole messages: %v", err)
+		}
+		last = msg
+	}
+	if len(last) == 0 || last[0] != byte(Error) || !bytes.Contains(last, []byte(metav1.StatusFailure)) {
+		t.Fatalf("last message %q, want the Failure on the error channel", last)
 	}
 }
 
