@@ -89,8 +89,11 @@ const (
 	AnnotationBytesOut   = prefix + "bytes-to-client"
 	AnnotationDuration   = prefix + "duration-seconds"
 	AnnotationRecording  = prefix + "recording"
-	AnnotationDecision   = "authorization.k8s.io/decision"
-	AnnotationReason     = "authorization.k8s.io/reason"
+	// AnnotationRecordingIncomplete says why the recording named (or
+	// none) does not hold the whole session.
+	AnnotationRecordingIncomplete = prefix + "recording-incomplete"
+	AnnotationDecision            = "authorization.k8s.io/decision"
+	AnnotationReason              = "authorization.k8s.io/reason"
 )
 
 // Request is what the gateway knows of one request it routed to a member
@@ -120,8 +123,10 @@ type Request struct {
 	// Stream is what the upgraded stream carried, once it ended.
 	Stream   *streamfollow.Summary
 	Protocol string
-	// Recording names the session's recording file, if any.
-	Recording string
+	// Recording names the session's recording file, if any;
+	// RecordingIncomplete says why it does not hold the whole session, or
+	// why none was kept.
+	Recording, RecordingIncomplete string
 }
 
 // NewEvent is the Event for stage of req at now.
@@ -154,6 +159,7 @@ func NewEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 	set(AnnotationReason, req.Reason)
 	set(AnnotationProtocol, req.Protocol)
 	set(AnnotationRecording, req.Recording)
+	set(AnnotationRecordingIncomplete, req.RecordingIncomplete)
 	imp := impersonated(r.Header)
 	switch {
 	case req.Caller != nil && imp != nil:

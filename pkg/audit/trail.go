@@ -47,10 +47,11 @@ type Trail struct {
 	id      types.UID
 	decided Decided
 
-	mu      sync.Mutex
-	req     Request
-	pending int
-	body    []byte
+	mu        sync.Mutex
+	req       Request
+	pending   int
+	body      []byte
+	recording func() (file, incomplete string)
 }
 
 // NewTrail starts r's trail; decided fills in, at each event, what the
@@ -118,14 +119,26 @@ func (t *Trail) StreamEnded(sum streamfollow.Summary) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.req.Stream = &sum
+	if t.recording != nil {
+		t.req.Recording, t.req.RecordingIncomplete = t.recording()
+	}
 	t.done()
 }
 
-// SetRecording names the session's recording.
+// SetRecording names the session's recording, from its start on.
 func (t *Trail) SetRecording(name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.req.Recording = name
+}
+
+// RecordingFollowed has ResponseComplete name what the recording kept,
+// which result says once the stream ended (before StreamEnded): its file
+// ("" when nothing was kept) and why it is incomplete ("" when whole).
+func (t *Trail) RecordingFollowed(result func() (file, incomplete string)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.recording = result
 }
 
 // done writes ResponseComplete once nothing is pending; t.mu is held.

@@ -55,20 +55,40 @@ func (t *Tracker) Leave() {
 	}
 }
 
-// Shutdown refuses new requests and waits for in-flight ones to end. When
-// ctx ends first it cancels Context and returns ctx.Err().
-func (t *Tracker) Shutdown(ctx context.Context) error {
+// Drain refuses new requests and waits for in-flight ones to end; it
+// returns ctx.Err() if ctx ends first, and then leaves the requests be:
+// Cancel cuts them.
+func (t *Tracker) Drain(ctx context.Context) error {
 	t.mu.Lock()
 	t.draining = true
 	if t.inFlight == 0 {
 		t.idleOnce.Do(func() { close(t.idle) })
 	}
 	t.mu.Unlock()
+	return t.Wait(ctx)
+}
+
+// Cancel ends Context, which cuts every request, and says how many were
+// in flight.
+func (t *Tracker) Cancel() int {
+	t.cancel()
+	return t.Open()
+}
+
+// Wait waits, once Drain started, for the last request to end; it returns
+// ctx.Err() if ctx ends first.
+func (t *Tracker) Wait(ctx context.Context) error {
 	select {
 	case <-t.idle:
 		return nil
 	case <-ctx.Done():
-		t.cancel()
 		return ctx.Err()
 	}
+}
+
+// Open is how many requests are in flight.
+func (t *Tracker) Open() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.inFlight
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamlimit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
 )
@@ -102,7 +103,16 @@ type Options struct {
 	UpstreamHeaderTimeout time.Duration
 	// Admissions reuses passthrough admission checks' 200s; nil: none.
 	Admissions *admission.Cache
+	// StreamEndWait bounds how long Shutdown, once its context ended and
+	// it ended the requests still open, waits for them to write their
+	// audit events and recordings; 0 is DefaultStreamEndWait.
+	StreamEndWait time.Duration
 }
+
+// DefaultStreamEndWait is Options.StreamEndWait's default: the chart gives
+// the pod --shutdown-grace-period plus 15 s, which this and the audit
+// sinks' drain share.
+const DefaultStreamEndWait = 3 * time.Second
 
 // Proxy is the gateway's HTTP handler.
 type Proxy struct {
@@ -126,6 +136,10 @@ type Proxy struct {
 	headerTimeout time.Duration
 	// inflight parents every request's context and drains them.
 	inflight *inflight.Tracker
+	// streams are the followed upgraded streams open, for Shutdown;
+	// streamEndWait is Options.StreamEndWait, defaulted.
+	streams       openStreams
+	streamEndWait time.Duration
 }
 
 // New builds a Proxy from opts.
@@ -160,6 +174,9 @@ func New(opts Options) (*Proxy, error) {
 	if opts.UpstreamHeaderTimeout == 0 {
 		opts.UpstreamHeaderTimeout = DefaultUpstreamHeaderTimeout
 	}
+	if opts.StreamEndWait <= 0 {
+		opts.StreamEndWait = DefaultStreamEndWait
+	}
 	p := &Proxy{
 		upstream:      up,
 		resolver:      opts.Resolver,
@@ -175,6 +192,7 @@ func New(opts Options) (*Proxy, error) {
 		admissions:    opts.Admissions,
 		inflight:      inflight.New(),
 		headerTimeout: opts.UpstreamHeaderTimeout,
+		streamEndWait: opts.StreamEndWait,
 	}
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:   p.rewriteRequest,
@@ -243,6 +261,10 @@ type requestState struct {
 	audit      *audit.Trail
 	// phases times an upgrade's setup for the debug log (nil unless V(4)).
 	phases *upstream.Phases
+	// recording is the session's recording, started before the upgrade
+	// is forwarded; followed, the upgraded stream once it is followed.
+	recording *recording.Session
+	followed  *streamfollow.Stream
 }
 
 type stateKey struct{}
@@ -273,14 +295,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return metrics.RequestInfo{Route: state.route, Stream: state.stream, ClientGone: state.clientGone}
 	}, hooks)
 	rw.WrapHijacked = serving.Lingering
-	defer rw.Finish()
-
 	if !p.inflight.Enter() {
+		defer rw.Finish()
 		rw.Header().Set("Connection", "close")
 		apiresponse.WriteStatus(rw, apierrors.NewServiceUnavailable("gateway shutting down"))
 		return
 	}
+	// Leave comes last: a drain waits for the request's audit event
+	// (Finish) and, before it, its stream's end and recording (forward).
 	defer p.inflight.Leave()
+	defer rw.Finish()
 	// ReverseProxy returns only when the stream ended, upgraded ones
 	// included, so a slot is held exactly as long as the stream.
 	defer func() {
@@ -350,6 +374,15 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	path := "/api/v1/namespaces/" + pr.Namespace + "/pods/" + pr.Name + "/" + pr.Subresource
 	if !routeToCluster(w, state, logger, cluster, "pod "+pr.Namespace+"/"+pr.Name, path, "", "") {
 		return
+	}
+	if p.recorder != nil && state.upgrade {
+		// Before the upgrade goes upstream: failing closed, a session that
+		// cannot be recorded never starts.
+		if state.recording, err = p.recorder.Start(r, pr.Namespace, pr.Name, pr.Subresource); err != nil {
+			refuseUpgrade(w, r)
+			apiresponse.WriteStatus(w, err)
+			return
+		}
 	}
 	logger.V(4).Info("Rewriting to cluster proxy", "cluster", cluster)
 	p.forward(w, r)
@@ -509,10 +542,28 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	// A body gets as long to arrive as the upstream gets to answer.
 	if err := upstream.Replayable(w, r, p.headerTimeout); err != nil {
+		p.abandonRecording(state)
 		apiresponse.WriteStatus(w, err)
 		return
 	}
 	p.reverse.ServeHTTP(w, r)
+	// ReverseProxy closes an upgraded stream in a goroutine of its own,
+	// after it returned: closed here, the stream's end (its audit event
+	// and recording) is written before the request ends, so a drain that
+	// waits for requests waits for it too.
+	if s := state.followed; s != nil {
+		_ = s.Close()
+		p.streams.remove(s)
+	}
+	p.abandonRecording(state)
+}
+
+// abandonRecording removes a recording started for a session that never
+// began (no 101 came).
+func (p *Proxy) abandonRecording(state *requestState) {
+	if rec := state.recording; rec != nil && !rec.Attached() {
+		rec.Abandon()
+	}
 }
 
 // rewriteRequest is the ReverseProxy Rewrite hook. It points the request at
@@ -636,6 +687,11 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 			Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
 			Message: fmt.Sprintf("error upgrading the connection through %s: %v", state.upstreamName, err),
 		}})
+	case errors.As(err, new(apierrors.APIStatus)):
+		// The gateway refused the stream itself (a recording that fails
+		// closed): its Status says why.
+		logger.Info("Refusing an upgraded stream", "err", err)
+		apiresponse.WriteStatus(w, err)
 	case ctx.Err() != nil && p.inflight.Context().Err() != nil:
 		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable("gateway shutting down"))
 	case ctx.Err() != nil:
@@ -650,11 +706,40 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 
 // Shutdown stops accepting requests (they get 503) and waits for in-flight
 // ones, upgraded and streaming included, to end. When ctx ends first it
-// cancels them all and returns ctx.Err(). Run it alongside
-// http.Server.Shutdown, which does not wait for hijacked connections.
+// ends them: each followed exec and attach gets a Failure on its error
+// channel saying the gateway shut down, every request is cancelled, and
+// Shutdown waits up to Options.StreamEndWait more for them to end, so
+// their audit events and recordings are written, before it returns
+// ctx.Err(). Run it alongside http.Server.Shutdown, which does not wait
+// for hijacked connections.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	defer p.upstream.CloseIdleConnections()
-	return p.inflight.Shutdown(ctx)
+	err := p.inflight.Drain(ctx)
+	if err == nil {
+		return nil
+	}
+	ended := p.streams.terminateAll(streamfollow.EndGatewayShutdown, shutdownStatus())
+	open := p.inflight.Cancel()
+	klog.FromContext(ctx).Info("Shutdown grace period over: ending the requests still open", "requests", open, "followedStreams", ended)
+	wait, cancel := context.WithTimeout(context.Background(), p.streamEndWait)
+	defer cancel()
+	if werr := p.inflight.Wait(wait); werr != nil {
+		klog.FromContext(ctx).Error(werr, "Requests still open after the gateway ended them", "requests", p.inflight.Open(), "waited", p.streamEndWait)
+	}
+	return err
+}
+
+// shutdownStatus tells a client why the gateway ended its stream at
+// shutdown.
+func shutdownStatus() metav1.Status {
+	return metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Code:     http.StatusServiceUnavailable,
+		Reason:   metav1.StatusReasonServiceUnavailable,
+		Message: "the gateway ended the stream: it is shutting down and the stream outlived its grace period " +
+			"(--shutdown-grace-period); the command's outcome is unknown",
+	}
 }
 
 // upgradeType is the requested protocol, as ReverseProxy determines it.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +24,8 @@ import (
 // TestTTYSessionRecordedAndPlayed covers Options.Recorder on a TTY exec
 // through the gateway as cmd/gateway builds it, over SPDY and WebSocket:
 // the session is written as asciicast v2 (0600, renamed into place when it
-// ends) with the terminal's first size in its header and the later resize
-// as an event, the audit event names it, and Debian's asciinema (make
+// ends), its header written before the session started (80x24) and the
+// client's terminal sizes as resize events, the audit event names it, and Debian's asciinema (make
 // tools) cats exactly what the client saw, multibyte characters split
 // across frames included. The file is named after the pod, and a
 // per-namespace mode applies to the pod's namespace (reading them from the
@@ -94,8 +95,11 @@ func TestTTYSessionRecordedAndPlayed(t *testing.T) {
 				t.Fatalf("recording %s: %v, mode %v, %d files in the directory; want one file of mode 0600", name, err, st.Mode().Perm(), len(entries))
 			}
 			header, resizes := readCast(t, path)
-			if header.Version != 2 || header.Width != 100 || header.Height != 30 || strings.Join(resizes, ",") != "120x40" {
-				t.Errorf("header %+v, resizes %q; want version 2, 100x30 and one resize to 120x40", header, resizes)
+			if header.Version != 2 || header.Width != 80 || header.Height != 24 || strings.Join(resizes, ",") != "100x30,120x40" {
+				t.Errorf("header %+v, resizes %q; want version 2, 80x24 (written before the session started), and the client's sizes", header, resizes)
+			}
+			if inc, ok := complete.Annotations[audit.AnnotationRecordingIncomplete]; ok {
+				t.Errorf("a whole session's recording said incomplete: %q", inc)
 			}
 			out, err := recordingtest.Cat(player, path)
 			if err != nil {
@@ -138,4 +142,41 @@ func readCast(t *testing.T, path string) (castHeader, []string) {
 		}
 	}
 	return h, resizes
+}
+
+// TestFailClosedRefusalIsAudited: failing closed, a session whose recording
+// cannot be started is refused before anything is sent upstream (the
+// member never sees it, so its command never runs), with a 503 Status
+// saying why without the server's directory, and the refusal is audited
+// with that Status. The former code started the recording at the 101,
+// after the member had started the command, and left no audit event.
+func TestFailClosedRefusalIsAudited(t *testing.T) {
+	dir := t.TempDir()
+	rec, err := recording.New(recording.Options{Dir: dir, Mode: recording.ModeAll, FailClosed: true, MaxSessionBytes: 1 << 20, MaxTotalBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil { // the volume went away
+		t.Fatal(err)
+	}
+	auditor, sink := newCapturingAuditor()
+	env := newExecEnvWith(t, nil, Options{Recorder: rec, Auditor: auditor})
+	for _, kind := range []string{"spdy", "websocket"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := env.executor(t, kind, "/api/v1/namespaces/ci/pods/job-42/exec?command=sh&stdin=true&stdout=true").
+			StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader("x"), Stdout: io.Discard})
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "cannot be recorded") || strings.Contains(err.Error(), dir) {
+			t.Errorf("%s: %v; want the refusal, naming no path", kind, err)
+		}
+	}
+	if seen := env.server.seen(); len(seen) != 0 {
+		t.Fatalf("refused sessions reached the member: %v", seen)
+	}
+	for _, ev := range sink.waitEvents(t, 2) {
+		if ev.Stage != audit.StageResponseComplete || ev.ResponseStatus.Code != http.StatusServiceUnavailable ||
+			!strings.Contains(ev.ResponseStatus.Message, "cannot be recorded") || strings.Contains(ev.ResponseStatus.Message, dir) {
+			t.Errorf("refusal audited as %s %+v", ev.Stage, ev.ResponseStatus)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -17,7 +18,7 @@ import (
 // (pkg/streamfollow): a cut of a protocol that promises an exit status is
 // told to the client and counted; an audited stream's Summary completes
 // its audit event; a recorded one is recorded. An error refuses the stream
-// (a recording that fails closed).
+// (a recording that fails closed cannot record its protocol).
 func (p *Proxy) followStream(res *http.Response) error {
 	body, ok := res.Body.(io.ReadWriteCloser)
 	state := stateFrom(res.Request.Context())
@@ -25,7 +26,7 @@ func (p *Proxy) followStream(res *http.Response) error {
 		return nil
 	}
 	proto := streamfollow.ProtocolOf(res.Header, state.route)
-	if !proto.PromisesExitStatus() && state.audit == nil && p.recorder == nil {
+	if !proto.PromisesExitStatus() && state.audit == nil && state.recording == nil {
 		return nil
 	}
 	route, where, via := state.route, state.upstreamName, upstream.Karmada
@@ -46,21 +47,69 @@ func (p *Proxy) followStream(res *http.Response) error {
 			logger.Info("Upstream ended an exec stream without its exit status", "result", result)
 		},
 	}
-	if a := state.audit; a != nil {
-		a.StreamFollowed(negotiated(res.Header))
+	a := state.audit
+	if a != nil {
 		opts.OnEnd = a.StreamEnded
 	}
-	if p.recorder != nil {
-		name, err := p.recorder.Follow(res.Request, state.pod.Namespace, state.pod.Name, state.route, &opts, func() { _ = body.Close() })
-		if err != nil {
+	var stream *streamfollow.Stream
+	if rec := state.recording; rec != nil {
+		if err := rec.Attach(&opts, func(end streamfollow.End, st metav1.Status) { stream.Terminate(end, st) }); err != nil {
 			return err
 		}
-		if name != "" && state.audit != nil {
-			state.audit.SetRecording(name)
+		if a != nil {
+			if rec.Recorded() {
+				a.SetRecording(rec.Name())
+			}
+			a.RecordingFollowed(func() (string, string) {
+				res := rec.Result()
+				return res.File, res.Incomplete
+			})
 		}
 	}
-	res.Body = streamfollow.NewStream(body, opts)
+	if a != nil {
+		a.StreamFollowed(negotiated(res.Header))
+	}
+	stream = streamfollow.NewStream(body, opts)
+	state.followed = stream
+	p.streams.add(stream)
+	res.Body = stream
 	return nil
+}
+
+// openStreams are the followed streams open, which a shutdown past its
+// grace period ends.
+type openStreams struct {
+	mu sync.Mutex
+	m  map[*streamfollow.Stream]struct{}
+}
+
+func (o *openStreams) add(s *streamfollow.Stream) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[*streamfollow.Stream]struct{}{}
+	}
+	o.m[s] = struct{}{}
+}
+
+func (o *openStreams) remove(s *streamfollow.Stream) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, s)
+}
+
+// terminateAll ends every open stream with st, and says how many.
+func (o *openStreams) terminateAll(end streamfollow.End, st metav1.Status) int {
+	o.mu.Lock()
+	streams := make([]*streamfollow.Stream, 0, len(o.m))
+	for s := range o.m {
+		streams = append(streams, s)
+	}
+	o.mu.Unlock()
+	for _, s := range streams {
+		s.Terminate(end, st)
+	}
+	return len(streams)
 }
 
 // negotiated is the subprotocol a 101 names.

@@ -5,22 +5,41 @@
 // when asked (it carries what users type, passwords included).
 //
 // Recording is opt-in: Mode none, tty (sessions with a terminal) or all,
-// with per-namespace overrides. A recording is written to a hidden
-// temporary file in Dir and renamed to its name when the session ends, so
-// a reader never sees half a file; files are 0600. Each session is capped
-// (MaxSessionBytes: later output is not recorded, the file says so) and so
-// is the directory (MaxTotalBytes: new sessions are not recorded). When a
-// recording cannot be made, FailClosed refuses the session (or cuts it, if
-// it fails midway); otherwise the session goes on unrecorded and the
-// failure is counted.
+// with per-namespace overrides. A recording starts before the session
+// does: Start creates a hidden temporary file in Dir (0600, locked while
+// the session runs) and writes the asciicast header (80x24; the client's
+// terminal size follows as a resize event) before the upgrade is sent to
+// the member, so a session that cannot be recorded is refused before its
+// command runs. When the session ends, the file gets a marker event if it
+// is incomplete and is renamed to its name; a reader never sees a file
+// still being written.
+//
+// Nothing recorded is ever deleted. A recording that ends incomplete (its
+// stream cut, the gateway shutting down, a cap reached, a write failed) is
+// kept as far as it got, with an "m" marker event saying why when one can
+// still be written, and Result says what was kept. A recording left behind
+// by a gateway that was killed is found by the next New on the directory,
+// marked and renamed as such (its lock tells it from another replica's
+// session in a shared directory).
+//
+// Each session is capped (MaxSessionBytes: later output is not recorded,
+// the file says so) and so is the directory (MaxTotalBytes): every event
+// reserves its bytes from the directory's count before it is written, so
+// sessions recording at once never take the directory past its cap by
+// more than a marker each. When a recording cannot be made, FailClosed
+// refuses the session before it starts, and ends it with a Status on its
+// error channel when a write fails midway (each event is written as it
+// comes, so a failure is seen while the session runs); otherwise the
+// session goes on unrecorded and the failure is counted.
 package recording
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -29,10 +48,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
@@ -76,20 +98,46 @@ type Options struct {
 // exec, concurrently, for as long as the directory stayed full.
 const dirRemeasureInterval = time.Second
 
+// flushAt is how much a recording that does not fail closed buffers before
+// it writes; one that fails closed writes every event as it comes.
+const flushAt = 32 << 10
+
+// markerReserve is what a session reserves at its start for the marker it
+// may end with; a marker's text is bounded to fit.
+const markerReserve = 512
+
+// Failure reasons of recording_failures_total.
+const (
+	reasonStart = "start"
+	reasonWrite = "write"
+	reasonCap   = "cap"
+)
+
 // Recorder starts recordings.
 type Recorder struct {
-	opts  Options
-	total atomic.Int64 // bytes of the recordings in Dir, written ones included, measured again at the cap
-	now   func() time.Time
+	opts Options
+	now  func() time.Time
+	// total is the directory's bytes by the gateway's count: what its
+	// files hold, plus open (what open sessions reserved or buffered and
+	// did not write yet). Every byte is reserved from it before it is
+	// buffered (reserve), so concurrent sessions never pass the cap.
+	total, open atomic.Int64
 
 	measureMu  sync.Mutex
 	measuredAt time.Time // when total was last read from Dir
-	// Failures counts recordings that could not be made or finished.
-	failures *prometheus.CounterVec
-	sessions prometheus.Counter
+
+	failures  *prometheus.CounterVec
+	sessions  prometheus.Counter
+	partial   prometheus.Counter
+	recovered prometheus.Counter
+
+	// wrapFile, when set (tests), wraps each recording's file once it is
+	// created and locked.
+	wrapFile func(*os.File) file
 }
 
-// New checks opts and reads how much Dir already holds.
+// New checks opts, keeps the recordings a killed gateway left in Dir
+// (recoverLeftovers) and reads how much Dir holds.
 func New(opts Options) (*Recorder, error) {
 	if opts.Mode == "" {
 		opts.Mode = ModeNone
@@ -101,13 +149,20 @@ func New(opts Options) (*Recorder, error) {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recording_failures_total",
 			Help: "Session recordings not made or not finished, by reason (start, write, cap); with fail-closed the session was refused or cut."}, []string{"reason"}),
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recordings_total",
-			Help: "Session recordings written."}),
+			Help: "Session recordings written, complete or not."}),
+		partial: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recordings_incomplete_total",
+			Help: "Session recordings kept incomplete (the stream was cut or ended by the gateway, a cap was reached, a write failed); each ends with a marker saying why when one could be written."}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recordings_recovered_total",
+			Help: "Recordings a gateway left unfinished when it was killed, found in the directory at start, marked and kept."}),
 	}
-	for _, reason := range []string{"start", "write", "cap"} {
+	for _, reason := range []string{reasonStart, reasonWrite, reasonCap} {
 		r.failures.WithLabelValues(reason)
 	}
 	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(r.failures, r.sessions)
+		opts.Registerer.MustRegister(r.failures, r.sessions, r.partial, r.recovered)
+	}
+	if err := r.recoverLeftovers(); err != nil {
+		return nil, err
 	}
 	if err := r.measureDir(); err != nil {
 		return nil, err
@@ -115,10 +170,9 @@ func New(opts Options) (*Recorder, error) {
 	return r, nil
 }
 
-// measureDir sets total to what Dir holds now, unless it was read less
-// than dirRemeasureInterval ago. Open recordings count what they have
-// flushed so far, at most their write buffer short. Concurrent callers
-// wait for one reading.
+// measureDir sets total to what Dir holds now plus what open sessions
+// reserved or buffered, unless it was read less than dirRemeasureInterval
+// ago. Concurrent callers wait for one reading.
 func (r *Recorder) measureDir() error {
 	r.measureMu.Lock()
 	defer r.measureMu.Unlock()
@@ -137,21 +191,86 @@ func (r *Recorder) measureDir() error {
 			total += info.Size()
 		}
 	}
-	r.total.Store(total)
+	r.total.Store(total + r.open.Load())
 	return nil
 }
 
-// Follow has the exec or attach stream req opened into pod ns/pod recorded,
-// if the mode of ns says so and opts' protocol decodes channels: it sets
-// opts.Observer and chains opts.OnEnd, which finishes the recording. abort
-// cuts the stream (fail-closed, when a write fails midway). It returns the
-// recording's file name ("" when not recorded), or an error when the
-// session must be refused (fail-closed). ns and pod are passed, not read
-// from req's path: the request the gateway sends is the cluster proxy's,
-// /apis/cluster.karmada.io/.../clusters/<c>/proxy/api/v1/namespaces/...
-func (r *Recorder) Follow(req *http.Request, ns, pod, subresource string, opts *streamfollow.Options, abort func()) (string, error) {
-	if (subresource != "exec" && subresource != "attach") || !opts.Protocol.Decodes() {
-		return "", nil
+// reserve takes n bytes of the directory's cap, if it has them.
+func (r *Recorder) reserve(n int64) bool {
+	for {
+		cur := r.total.Load()
+		if cur+n > r.opts.MaxTotalBytes {
+			return false
+		}
+		if r.total.CompareAndSwap(cur, cur+n) {
+			r.open.Add(n)
+			return true
+		}
+	}
+}
+
+// file is what a Session writes its recording to: an *os.File, which
+// tests wrap to fail as a full disk does.
+type file interface {
+	io.Writer
+	Sync() error
+	Truncate(size int64) error
+	Close() error
+	Name() string
+}
+
+// Session is one recording, from Start to the end of its stream.
+type Session struct {
+	r      *Recorder
+	name   string // the recording's file name, once renamed into place
+	f      file
+	start  time.Time
+	tty    bool
+	logger klog.Logger
+
+	// unrecorded, when set, says why the session has no recording: it
+	// failed to start and recording does not fail closed.
+	unrecorded string
+
+	mu       sync.Mutex
+	attached bool
+	// terminate ends the stream (Attach), for a write that fails closed.
+	terminate func(streamfollow.End, metav1.Status)
+	buf       []byte // events not yet written
+	line      []byte // the event being encoded, reused
+	carry     [3][]byte
+	written   int64 // bytes of events taken, header included
+	onDisk    int64 // bytes known written whole
+	reserved  int64 // left of the start's reservation, for the end marker
+	// incomplete says why the recording is not the whole session ("" if
+	// it is); failed: writing failed, nothing more is written.
+	incomplete  string
+	truncated   bool
+	failed      bool
+	closed      bool
+	result      Result
+	lastEventAt float64
+}
+
+// Result is what a session's recording kept, once its stream ended.
+type Result struct {
+	// File is the recording's name in the directory, "" when nothing was
+	// kept.
+	File string
+	// Incomplete says why the recording is not the whole session, or why
+	// nothing was kept; "" for a whole one.
+	Incomplete string
+}
+
+// Start begins the recording of the exec or attach req asks for on pod
+// ns/pod, if the mode of ns says so, before anything is sent upstream: the
+// file is created, locked and its header written (and synced, failing
+// closed). It returns nil when the session is not recorded. An error means
+// the session must be refused (failing closed); it is a 503 Status that
+// names no server path.
+func (r *Recorder) Start(req *http.Request, ns, pod, subresource string) (*Session, error) {
+	if subresource != "exec" && subresource != "attach" {
+		return nil, nil
 	}
 	q := req.URL.Query()
 	tty := queryBool(q, "tty")
@@ -160,82 +279,170 @@ func (r *Recorder) Follow(req *http.Request, ns, pod, subresource string, opts *
 		mode = m
 	}
 	if mode == ModeNone || (mode == ModeTTY && !tty) {
-		return "", nil
+		return nil, nil
 	}
-	s, err := r.start(ns, pod, q, tty, abort)
+	logger := klog.FromContext(req.Context()).WithValues("namespace", ns, "pod", pod)
+	s, err := r.start(ns, pod, q, tty, logger)
 	if err != nil {
-		klog.FromContext(req.Context()).Error(err, "Session not recorded", "namespace", ns, "pod", pod, "failClosed", r.opts.FailClosed)
+		logger.Error(err, "Session not recorded", "failClosed", r.opts.FailClosed)
 		if r.opts.FailClosed {
-			return "", fmt.Errorf("the session cannot be recorded: %w", err)
+			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf(
+				"the session cannot be recorded (%s) and recording fails closed (--record-sessions-fail-closed): it was not started", reasonText(err)))
 		}
-		return "", nil
+		// It goes on unrecorded, and its audit event says why.
+		return &Session{r: r, logger: logger, unrecorded: "not recorded: " + reasonText(err)}, nil
 	}
-	opts.Observer = s
-	end := opts.OnEnd
-	opts.OnEnd = func(sum streamfollow.Summary) {
-		s.finish()
-		if end != nil {
-			end(sum)
-		}
-	}
-	return s.name, nil
+	return s, nil
 }
 
-func (r *Recorder) start(ns, pod string, q url.Values, tty bool, abort func()) (*session, error) {
-	if r.total.Load() >= r.opts.MaxTotalBytes {
-		// Operators ship recordings elsewhere and delete them: what left
-		// the directory no longer counts, so measure it again before
-		// refusing (only here, at the cap, where it matters, and at most
-		// once per dirRemeasureInterval).
-		if err := r.measureDir(); err != nil {
-			r.failures.WithLabelValues("start").Inc()
-			return nil, err
-		}
-	}
-	if r.total.Load() >= r.opts.MaxTotalBytes {
-		r.failures.WithLabelValues("cap").Inc()
-		return nil, fmt.Errorf("the recording directory holds %d bytes, the cap", r.total.Load())
-	}
-	now := time.Now()
-	name := fmt.Sprintf("%s_%s_%s_%d.cast", ns, pod, now.UTC().Format("20060102T150405Z"), now.UnixNano()%1e9)
-	f, err := os.OpenFile(filepath.Join(r.opts.Dir, "."+name+".tmp"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		r.failures.WithLabelValues("start").Inc()
-		return nil, err
-	}
+func (r *Recorder) start(ns, pod string, q url.Values, tty bool, logger klog.Logger) (*Session, error) {
+	now := r.now()
 	title := pod
 	if cmd := q["command"]; len(cmd) > 0 {
 		title += ": " + strings.Join(cmd, " ")
 	}
-	return &session{r: r, name: name, f: f, w: bufio.NewWriterSize(f, 32<<10), start: now, title: title, tty: tty, abort: abort}, nil
+	header := headerLine(now, title)
+	if !r.reserve(int64(len(header)) + markerReserve) {
+		// Operators ship recordings elsewhere and delete them: what left
+		// the directory no longer counts, so measure it again before
+		// refusing (only here, at the cap, and at most once per
+		// dirRemeasureInterval).
+		if err := r.measureDir(); err != nil {
+			r.failures.WithLabelValues(reasonStart).Inc()
+			return nil, err
+		}
+		if !r.reserve(int64(len(header)) + markerReserve) {
+			r.failures.WithLabelValues(reasonCap).Inc()
+			return nil, fmt.Errorf("the recording directory holds %d bytes, its cap", r.total.Load())
+		}
+	}
+	name := fmt.Sprintf("%s_%s_%s_%d.cast", ns, pod, now.UTC().Format("20060102T150405Z"), now.UnixNano()%1e9)
+	s := &Session{r: r, name: name, start: now, tty: tty, logger: logger.WithValues("recording", name), reserved: int64(len(header)) + markerReserve}
+	osf, err := os.OpenFile(filepath.Join(r.opts.Dir, tempName(name)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		s.f = osf
+		// Locked while the session runs: a gateway starting on a shared
+		// directory recovers only the recordings nobody holds.
+		err = syscall.Flock(int(osf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if r.wrapFile != nil {
+			s.f = r.wrapFile(osf)
+		}
+	}
+	if err == nil {
+		f := s.f
+		s.reserved -= int64(len(header))
+		s.r.open.Add(-int64(len(header)))
+		var n int
+		n, err = f.Write(header)
+		s.written, s.onDisk = int64(n), int64(n)
+		r.total.Add(-int64(len(header) - n))
+		if err == nil && r.opts.FailClosed {
+			err = f.Sync()
+		}
+	}
+	if err != nil {
+		r.failures.WithLabelValues(reasonStart).Inc()
+		s.discard()
+		return nil, err
+	}
+	return s, nil
 }
 
-// session is one recording; it implements streamfollow.Observer.
-type session struct {
-	r     *Recorder
-	name  string
-	f     *os.File
-	w     *bufio.Writer
-	start time.Time
-	title string
-	tty   bool
-	abort func()
+// Name is the recording's file name once the session ends.
+func (s *Session) Name() string { return s.name }
 
-	mu        sync.Mutex
-	header    bool
-	written   int64
-	truncated bool
-	failed    bool
-	carry     [3][]byte // an incomplete UTF-8 sequence per channel
-	line      []byte    // the event being encoded, reused
+// Recorded reports whether the session has a recording (not one that
+// failed to start, or whose protocol cannot be recorded).
+func (s *Session) Recorded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unrecorded == ""
 }
 
-func (s *session) Data(ch streamfollow.Channel, p []byte) {
+// Attach has the session record what the stream opts configures carries:
+// it sets opts.Observer and chains opts.OnEnd, which finishes the
+// recording before the previous OnEnd runs. terminate ends the stream,
+// when a write fails and recording fails closed. A protocol whose channels
+// cannot be decoded cannot be recorded: an error when failing closed (the
+// stream is refused), else the recording is discarded and nil returned.
+func (s *Session) Attach(opts *streamfollow.Options, terminate func(streamfollow.End, metav1.Status)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unrecorded == "" && !opts.Protocol.Decodes() {
+		s.r.failures.WithLabelValues(reasonStart).Inc()
+		s.logger.Error(nil, "Session not recorded: its protocol's channels cannot be decoded", "protocol", opts.Protocol.String(), "failClosed", s.r.opts.FailClosed)
+		s.closed = true
+		s.discard()
+		if s.r.opts.FailClosed {
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("the session cannot be recorded (the channels of its protocol %q cannot be decoded) "+
+				"and recording fails closed (--record-sessions-fail-closed)", opts.Protocol.String()))
+		}
+		s.unrecorded = fmt.Sprintf("not recorded: the channels of its protocol %q cannot be decoded", opts.Protocol.String())
+	}
+	s.attached, s.terminate = true, terminate
+	if s.unrecorded != "" {
+		s.result = Result{Incomplete: s.unrecorded}
+		return nil
+	}
+	opts.Observer = s
+	end := opts.OnEnd
+	opts.OnEnd = func(sum streamfollow.Summary) {
+		s.finish(sum)
+		if end != nil {
+			end(sum)
+		}
+	}
+	return nil
+}
+
+// Attached reports whether the session's stream started (Attach).
+func (s *Session) Attached() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attached
+}
+
+// Abandon removes the recording of a session that never started:
+// upstream did not switch protocols, so no command ran. A session
+// attached to its stream is never abandoned.
+func (s *Session) Abandon() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attached || s.closed || s.unrecorded != "" {
+		return
+	}
+	s.closed = true
+	s.discard()
+}
+
+// discard closes and removes the file and gives back what the session
+// took of the directory's count.
+func (s *Session) discard() {
+	if s.f != nil {
+		_ = s.f.Close()
+		_ = os.Remove(s.f.Name())
+	}
+	s.r.total.Add(-(s.reserved + int64(len(s.buf)) + s.onDisk))
+	s.r.open.Add(-(s.reserved + int64(len(s.buf))))
+	s.reserved, s.buf = 0, nil
+}
+
+// Result is what the recording kept, once the stream ended.
+func (s *Session) Result() Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.result
+}
+
+func (s *Session) Data(ch streamfollow.Channel, p []byte) {
 	if ch == streamfollow.Stdin && !s.r.opts.Stdin {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed || s.failed {
+		return
+	}
 	code := "o"
 	if ch == streamfollow.Stdin {
 		code = "i"
@@ -261,43 +468,31 @@ func (s *session) Data(ch streamfollow.Channel, p []byte) {
 	s.carry[ch] = append(s.carry[ch][:0], b[cut:]...)
 }
 
-func (s *session) Resize(size streamfollow.TerminalSize) {
+func (s *Session) Resize(size streamfollow.TerminalSize) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.header {
-		s.writeHeader(size)
+	if s.closed || s.failed {
 		return
 	}
 	s.event("r", []byte(strconv.Itoa(int(size.Width))+"x"+strconv.Itoa(int(size.Height))))
 }
 
-// writeHeader starts the file; s.mu is held. The terminal's size is the
-// client's first resize when it comes before any output, as kubectl sends
-// it, else 80x24.
-func (s *session) writeHeader(size streamfollow.TerminalSize) {
-	s.header = true
-	if size.Width == 0 || size.Height == 0 {
-		size = streamfollow.TerminalSize{Width: 80, Height: 24}
-	}
-	h := map[string]any{"version": 2, "width": size.Width, "height": size.Height, "timestamp": s.start.Unix(), "title": s.title}
-	b, _ := json.Marshal(h)
-	s.write(append(b, '\n'))
+// headerLine is the asciicast v2 header. The terminal's size is not known
+// before the session starts: the client's first resize follows as an "r"
+// event.
+func headerLine(start time.Time, title string) []byte {
+	b, _ := json.Marshal(map[string]any{"version": 2, "width": 80, "height": 24, "timestamp": start.Unix(), "title": title})
+	return append(b, '\n')
 }
 
-// event writes one asciicast event, [time, code, data] on a line; s.mu is
+// event takes one asciicast event, [time, code, data] on a line; s.mu is
 // held. It is encoded into s.line, not by json.Marshal of an []any, which
 // copied every recorded byte three more times.
-func (s *session) event(code string, data []byte) {
-	if len(data) == 0 || s.failed {
+func (s *Session) event(code string, data []byte) {
+	if len(data) == 0 || s.truncated {
 		return
 	}
-	if !s.header {
-		s.writeHeader(streamfollow.TerminalSize{})
-	}
-	if s.truncated {
-		return
-	}
-	at := time.Since(s.start).Seconds()
+	at := s.r.now().Sub(s.start).Seconds()
 	line := append(s.line[:0], '[')
 	line = strconv.AppendFloat(line, at, 'f', 6, 64)
 	line = append(line, ',', '"')
@@ -306,14 +501,226 @@ func (s *session) event(code string, data []byte) {
 	line = appendJSONString(line, data)
 	line = append(line, ']', '\n')
 	s.line = line
-	if s.written+int64(len(line)) > s.r.opts.MaxSessionBytes {
-		s.truncated = true
-		s.r.failures.WithLabelValues("cap").Inc()
-		marker, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(at, 'f', 6, 64)), "m", "recording truncated: the session cap was reached"})
-		s.write(append(marker, '\n'))
+	switch {
+	case s.written+int64(len(line)) > s.r.opts.MaxSessionBytes:
+		s.truncate("the session cap was reached")
+		return
+	case !s.r.reserve(int64(len(line))):
+		s.truncate("the recording directory's cap was reached")
 		return
 	}
-	s.write(line)
+	s.lastEventAt = at
+	s.take(line)
+}
+
+// take buffers b, already reserved, and writes the buffer when it is full
+// or, failing closed, at once.
+func (s *Session) take(b []byte) {
+	s.buf = append(s.buf, b...)
+	s.written += int64(len(b))
+	if s.r.opts.FailClosed || len(s.buf) >= flushAt {
+		s.flush()
+	}
+}
+
+// truncate stops recording the session's events and marks the file.
+func (s *Session) truncate(why string) {
+	s.truncated = true
+	s.incomplete = "recording truncated: " + why
+	s.r.failures.WithLabelValues(reasonCap).Inc()
+	s.marker(s.incomplete)
+}
+
+// marker writes an "m" event with text, from the start's reservation.
+func (s *Session) marker(text string) {
+	if len(text) > markerReserve-64 {
+		text = text[:markerReserve-64]
+	}
+	at := max(s.lastEventAt, s.r.now().Sub(s.start).Seconds())
+	b, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(at, 'f', 6, 64)), "m", text})
+	b = append(b, '\n')
+	if int64(len(b)) > s.reserved {
+		return
+	}
+	s.reserved -= int64(len(b))
+	s.take(b)
+}
+
+// flush writes the buffer. Bytes a failed write did not write leave the
+// count; a line written in part is cut off again, so the file stays
+// readable as far as it got.
+func (s *Session) flush() {
+	if len(s.buf) == 0 || s.failed {
+		return
+	}
+	n, err := s.f.Write(s.buf)
+	s.r.open.Add(-int64(len(s.buf)))
+	if err == nil {
+		s.onDisk += int64(n)
+		s.buf = s.buf[:0]
+		return
+	}
+	s.r.total.Add(-int64(len(s.buf) - n))
+	if n > 0 {
+		if terr := s.f.Truncate(s.onDisk); terr != nil {
+			s.onDisk += int64(n)
+		} else {
+			s.r.total.Add(-int64(n))
+		}
+	}
+	s.buf = s.buf[:0]
+	s.fail(err)
+}
+
+// fail gives the recording up after a write failed; s.mu is held.
+// Failing closed, it ends the session with a Status on its error channel.
+func (s *Session) fail(err error) {
+	s.failed = true
+	s.incomplete = "writing the recording failed: " + reasonText(err)
+	s.r.failures.WithLabelValues(reasonWrite).Inc()
+	s.logger.Error(err, "Session recording failed", "failClosed", s.r.opts.FailClosed)
+	if s.r.opts.FailClosed && s.terminate != nil {
+		s.terminate(streamfollow.EndRecordingFailed, metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status:   metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
+			Message: fmt.Sprintf("the gateway ended the session: %s, and recording fails closed (--record-sessions-fail-closed); "+
+				"the command's outcome is unknown", s.incomplete),
+		})
+	}
+}
+
+// finish ends the recording when its stream ended: a marker if it is
+// incomplete, the last write, then the file is synced, closed (which frees
+// its lock) and renamed into place. Nothing is deleted.
+func (s *Session) finish(sum streamfollow.Summary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if why := endIncomplete(sum.End); why != "" && s.incomplete == "" {
+		s.incomplete = why
+		s.marker("recording incomplete: " + why)
+	}
+	s.flush()
+	tmp := s.f.Name()
+	err := errors.Join(s.f.Sync(), s.f.Close())
+	if err != nil && !s.failed {
+		s.fail(err)
+	}
+	s.r.total.Add(-s.reserved)
+	s.r.open.Add(-s.reserved)
+	s.reserved = 0
+	s.result = Result{File: s.name, Incomplete: s.incomplete}
+	if err := os.Rename(tmp, filepath.Join(s.r.opts.Dir, s.name)); err != nil {
+		// Kept under its temporary name; the next start renames it.
+		s.logger.Error(err, "Keeping the recording under its temporary name")
+		s.result.Incomplete = strings.TrimPrefix(s.result.Incomplete+"; ", "; ") + "kept as " + tempName(s.name) + " until the gateway's next start"
+	}
+	s.r.sessions.Inc()
+	if s.result.Incomplete != "" {
+		s.r.partial.Inc()
+	}
+}
+
+// endIncomplete says why a stream that ended so is not wholly recorded.
+func endIncomplete(end streamfollow.End) string {
+	switch end {
+	case streamfollow.EndCutReported, streamfollow.EndCutUnreported:
+		return "the stream was cut before the command's exit status"
+	case streamfollow.EndGatewayShutdown:
+		return "the gateway ended the session when it shut down"
+	case streamfollow.EndRecordingFailed:
+		return "the gateway ended the session: its recording failed"
+	}
+	return ""
+}
+
+// reasonText is err without a server path: an os.PathError's operation
+// and cause, as "no space left on device".
+func reasonText(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err.Error()
+	}
+	return err.Error()
+}
+
+func tempName(name string) string { return "." + name + ".tmp" }
+
+// recoverLeftovers keeps the recordings a killed gateway left unfinished
+// in Dir: each temporary file nobody holds locked (another replica's open
+// session is) is cut back to its last whole line, given a header if it has
+// none and a marker saying it was recovered, and renamed into place.
+func (r *Recorder) recoverLeftovers() error {
+	entries, err := os.ReadDir(r.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("recording directory: %w", err)
+	}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(e.Name(), "."), ".tmp")
+		if !ok || !strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(name, ".cast") || !e.Type().IsRegular() {
+			continue
+		}
+		switch err := r.recoverOne(e.Name(), name); {
+		case errors.Is(err, syscall.EWOULDBLOCK):
+		case err != nil:
+			klog.Background().Error(err, "Recording left by a stopped gateway not recovered", "file", e.Name())
+		default:
+			r.recovered.Inc()
+			klog.Background().Info("Kept the recording a stopped gateway left unfinished", "recording", name)
+		}
+	}
+	return nil
+}
+
+func (r *Recorder) recoverOne(tmp, name string) error {
+	path := filepath.Join(r.opts.Dir, tmp)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	whole := bytes.LastIndexByte(b, '\n') + 1
+	var tail []byte
+	last := 0.0
+	if whole == 0 {
+		info, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		tail = headerLine(info.ModTime(), "(recovered)")
+	} else if i := bytes.LastIndexByte(b[:whole-1], '\n'); i >= 0 {
+		var ev []json.RawMessage
+		if json.Unmarshal(b[i+1:whole-1], &ev) == nil && len(ev) > 0 {
+			_ = json.Unmarshal(ev[0], &last)
+		}
+	}
+	marker, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(last, 'f', 6, 64)), "m",
+		"recording incomplete: the gateway stopped before the session ended; kept when it started again"})
+	tail = append(append(tail, marker...), '\n')
+	if err := f.Truncate(int64(whole)); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(tail, int64(whole)); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return os.Rename(path, filepath.Join(r.opts.Dir, name))
 }
 
 // appendJSONString appends data to dst as a JSON string, as encoding/json
@@ -382,50 +789,6 @@ func plainASCII(w uint64) bool {
 	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
 	control := (w - ones*0x20) & ^w & highs
 	return (w&highs | control | hasZero(w^(ones*'"')) | hasZero(w^(ones*'\\'))) == 0
-}
-
-func (s *session) write(b []byte) {
-	if s.failed {
-		return
-	}
-	if _, err := s.w.Write(b); err != nil {
-		s.fail(err)
-		return
-	}
-	s.written += int64(len(b))
-	s.r.total.Add(int64(len(b)))
-}
-
-// fail gives the recording up; s.mu is held.
-func (s *session) fail(err error) {
-	s.failed = true
-	s.r.failures.WithLabelValues("write").Inc()
-	klog.Background().Error(err, "Session recording failed", "recording", s.name, "failClosed", s.r.opts.FailClosed)
-	if s.r.opts.FailClosed && s.abort != nil {
-		go s.abort() // not on the copy goroutine that called
-	}
-}
-
-// finish flushes the recording and renames it into place.
-func (s *session) finish() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	tmp := s.f.Name()
-	if !s.header {
-		s.writeHeader(streamfollow.TerminalSize{})
-	}
-	err := errors.Join(s.w.Flush(), s.f.Sync(), s.f.Close())
-	if err == nil && !s.failed {
-		err = os.Rename(tmp, filepath.Join(s.r.opts.Dir, s.name))
-	}
-	if err != nil || s.failed {
-		if err != nil {
-			s.fail(err)
-		}
-		_ = os.Remove(tmp)
-		return
-	}
-	s.r.sessions.Inc()
 }
 
 func queryBool(q url.Values, key string) bool {

@@ -4,18 +4,25 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording/recordingtest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
 )
 
@@ -45,9 +52,11 @@ func newRecorder(t *testing.T, opts Options) *Recorder {
 }
 
 // TestModeSelectsSessions: tty records sessions with a terminal only, all
-// every one, a namespace's override wins, port-forward and undecodable
-// protocols never.
+// every one, a namespace's override wins, port-forward never; a protocol
+// whose channels cannot be decoded leaves no recording, and the session
+// says why.
 func TestModeSelectsSessions(t *testing.T) {
+	base64 := streamfollow.ProtocolOf(http.Header{"Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"base64.channel.k8s.io"}}, "exec")
 	cases := []struct {
 		mode       Mode
 		namespaces map[string]Mode
@@ -63,31 +72,58 @@ func TestModeSelectsSessions(t *testing.T) {
 		{ModeNone, map[string]Mode{"prod": ModeAll}, "ci", "tty=1", "exec", v5, false},
 		{ModeAll, map[string]Mode{"dev": ModeNone}, "dev", "tty=1", "exec", v5, false},
 		{ModeAll, nil, "ci", "", "portforward", v5, false},
-		{ModeAll, nil, "ci", "", "exec", streamfollow.ProtocolOf(http.Header{"Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"base64.channel.k8s.io"}}, "exec"), false},
+		{ModeAll, nil, "ci", "", "exec", base64, false},
 	}
 	for i, tc := range cases {
 		r := newRecorder(t, Options{Mode: tc.mode, Namespaces: tc.namespaces})
+		s, err := r.Start(execReq(tc.ns, tc.query), tc.ns, "p1", tc.sub)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
 		opts := streamfollow.Options{Protocol: tc.proto}
-		name, err := r.Follow(execReq(tc.ns, tc.query), tc.ns, "p1", tc.sub, &opts, nil)
-		if err != nil || (name != "") != tc.want || (opts.Observer != nil) != tc.want {
-			t.Errorf("case %d: recording %q (%v), want recorded %v", i, name, err, tc.want)
+		if s != nil {
+			if err := s.Attach(&opts, nil); err != nil {
+				t.Fatalf("case %d: %v", i, err)
+			}
+		}
+		if recorded := s != nil && s.Recorded(); recorded != tc.want || (opts.Observer != nil) != tc.want {
+			t.Errorf("case %d: recorded %v, want %v", i, recorded, tc.want)
+		}
+		if s != nil && !tc.want && !strings.Contains(s.Result().Incomplete, "not recorded") {
+			t.Errorf("case %d: an unrecorded session says %q, want why", i, s.Result().Incomplete)
 		}
 		if opts.OnEnd != nil {
-			opts.OnEnd(streamfollow.Summary{})
+			opts.OnEnd(streamfollow.Summary{End: streamfollow.EndCompleted})
+		}
+		files, _ := os.ReadDir(r.opts.Dir)
+		if want := map[bool]int{true: 1, false: 0}[tc.want]; len(files) != want {
+			t.Errorf("case %d: %d files in the directory, want %d", i, len(files), want)
 		}
 	}
 }
 
-// startSession starts a recording of an exec in ci and returns it and the
-// function that ends it.
-func startSession(t *testing.T, r *Recorder) (streamfollow.Observer, string, func()) {
+// session is a recording of an exec in ci started and attached.
+type session struct {
+	*Session
+	path string
+	end  func(streamfollow.End)
+	// terminated is what the session ended its stream with, if it did.
+	terminated *metav1.Status
+}
+
+func startSession(t *testing.T, r *Recorder) *session {
 	t.Helper()
-	opts := streamfollow.Options{Protocol: v5}
-	name, err := r.Follow(execReq("ci", "tty=true"), "ci", "p1", "exec", &opts, func() {})
-	if err != nil || name == "" {
+	s, err := r.Start(execReq("ci", "tty=true"), "ci", "p1", "exec")
+	if err != nil || s == nil || !s.Recorded() {
 		t.Fatalf("not recorded: %v", err)
 	}
-	return opts.Observer, filepath.Join(r.opts.Dir, name), func() { opts.OnEnd(streamfollow.Summary{}) }
+	out := &session{Session: s, path: filepath.Join(r.opts.Dir, s.Name())}
+	opts := streamfollow.Options{Protocol: v5}
+	if err := s.Attach(&opts, func(_ streamfollow.End, st metav1.Status) { out.terminated = &st }); err != nil {
+		t.Fatal(err)
+	}
+	out.end = func(e streamfollow.End) { opts.OnEnd(streamfollow.Summary{End: e}) }
+	return out
 }
 
 func events(t *testing.T, path string) [][]any {
@@ -115,57 +151,122 @@ func events(t *testing.T, path string) [][]any {
 func TestStdinOnlyWhenAsked(t *testing.T) {
 	for _, stdin := range []bool{false, true} {
 		r := newRecorder(t, Options{Mode: ModeAll, Stdin: stdin})
-		obs, path, end := startSession(t, r)
-		obs.Data(streamfollow.Stdin, []byte("s3cret\r"))
-		obs.Data(streamfollow.Stdout, []byte("ok"))
-		end()
-		b, err := os.ReadFile(path)
+		s := startSession(t, r)
+		s.Data(streamfollow.Stdin, []byte("s3cret\r"))
+		s.Data(streamfollow.Stdout, []byte("ok"))
+		s.end(streamfollow.EndCompleted)
+		b, err := os.ReadFile(s.path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Contains(string(b), "s3cret"); got != stdin {
-			t.Errorf("stdin recording %v: the file holds stdin %v:\n%s", stdin, got, b)
+		if got := bytes.Contains(b, []byte("s3cret")); got != stdin {
+			t.Errorf("stdin recorded %v with Stdin %v", got, stdin)
+		}
+	}
+}
+
+// TestHeaderBeforeTheSession: Start writes the header to the file, under
+// its temporary name, before the session starts: a session that cannot be
+// recorded is known before its command runs, and a gateway killed during
+// it leaves a playable file.
+func TestHeaderBeforeTheSession(t *testing.T) {
+	r := newRecorder(t, Options{Mode: ModeAll})
+	s, err := r.Start(execReq("ci", "command=ls"), "ci", "p1", "exec")
+	if err != nil || s == nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(r.opts.Dir, tempName(s.Name())))
+	var h map[string]any
+	if err != nil || json.Unmarshal(bytes.TrimSpace(b), &h) != nil || h["version"] != 2.0 || h["title"] != "p1: sh ls" {
+		t.Fatalf("temporary recording %q, %v: want the asciicast header", b, err)
+	}
+	// No 101: no session, no recording.
+	s.Abandon()
+	if files, _ := os.ReadDir(r.opts.Dir); len(files) != 0 {
+		t.Fatalf("an abandoned recording left %d files", len(files))
+	}
+	if got := r.total.Load(); got != 0 {
+		t.Fatalf("an abandoned recording still counts %d bytes", got)
+	}
+}
+
+// TestIncompleteSessionsAreMarked: a recording whose stream did not end as
+// its protocol ends it is kept, with a marker saying why, and its Result
+// says so; a whole one has neither.
+func TestIncompleteSessionsAreMarked(t *testing.T) {
+	cases := []struct {
+		end  streamfollow.End
+		want string
+	}{
+		{streamfollow.EndCompleted, ""},
+		{streamfollow.EndClientClosed, ""},
+		{streamfollow.EndCutReported, "cut before the command's exit status"},
+		{streamfollow.EndCutUnreported, "cut before the command's exit status"},
+		{streamfollow.EndGatewayShutdown, "the gateway ended the session when it shut down"},
+	}
+	for _, tc := range cases {
+		r := newRecorder(t, Options{Mode: ModeAll})
+		s := startSession(t, r)
+		s.Data(streamfollow.Stdout, []byte("out"))
+		s.end(tc.end)
+		res := s.Result()
+		if res.File != s.Name() || !strings.Contains(res.Incomplete, tc.want) || (tc.want == "") != (res.Incomplete == "") {
+			t.Errorf("%s: result %+v, want %s kept and %q", tc.end, res, s.Name(), tc.want)
+		}
+		evs := events(t, s.path)
+		last := evs[len(evs)-1]
+		if marked := last[1] == "m"; marked != (tc.want != "") || marked && !strings.Contains(last[2].(string), tc.want) {
+			t.Errorf("%s: last event %v", tc.end, last)
 		}
 	}
 }
 
 // TestCaps: a session past its cap stops being recorded and says so; a
-// directory past its cap refuses new sessions, open or closed as asked.
+// directory past its cap refuses new recordings: failing open, the session
+// goes on unrecorded and says why; failing closed it is refused.
 func TestCaps(t *testing.T) {
-	r := newRecorder(t, Options{Mode: ModeAll, MaxSessionBytes: 300, MaxTotalBytes: 400})
-	obs, path, end := startSession(t, r)
+	r := newRecorder(t, Options{Mode: ModeAll, MaxSessionBytes: 300, MaxTotalBytes: 3000})
+	s := startSession(t, r)
 	for range 20 {
-		obs.Data(streamfollow.Stdout, []byte(strings.Repeat("x", 40)))
+		s.Data(streamfollow.Stdout, []byte(strings.Repeat("x", 40)))
 	}
-	end()
-	st, err := os.Stat(path)
+	s.end(streamfollow.EndCompleted)
+	st, err := os.Stat(s.path)
 	if err != nil || st.Size() > 300+200 {
 		t.Fatalf("capped recording: %v, %d bytes", err, st.Size())
 	}
-	evs := events(t, path)
+	evs := events(t, s.path)
 	if last := evs[len(evs)-1]; last[1] != "m" || !strings.Contains(last[2].(string), "truncated") {
 		t.Errorf("last event %v, want a truncation marker", last)
 	}
-	// The directory is over 400 bytes with a second session.
-	obs, _, end = startSession(t, r)
-	obs.Data(streamfollow.Stdout, []byte(strings.Repeat("y", 200)))
-	end()
-	opts := streamfollow.Options{Protocol: v5}
-	if name, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); name != "" || err != nil {
-		t.Errorf("over the total cap, fail-open: recording %q, %v; want none and no error", name, err)
+	if res := s.Result(); !strings.Contains(res.Incomplete, "session cap") {
+		t.Errorf("result %+v, want it to say the session cap was reached", res)
+	}
+	// Two more sessions, and the directory has no room for a third's
+	// header and end marker.
+	for range 2 {
+		s = startSession(t, r)
+		s.Data(streamfollow.Stdout, []byte(strings.Repeat("y", 200)))
+		s.end(streamfollow.EndCompleted)
+	}
+	r.opts.MaxTotalBytes = r.total.Load() + markerReserve
+	unrecorded, err := r.Start(execReq("ci", "tty=1"), "ci", "p1", "exec")
+	if err != nil || unrecorded == nil || unrecorded.Recorded() || !strings.Contains(unrecorded.unrecorded, "cap") {
+		t.Errorf("over the total cap, fail-open: %+v, %v; want an unrecorded session saying why", unrecorded, err)
 	}
 	r.opts.FailClosed = true
-	if _, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); err == nil {
-		t.Error("over the total cap, fail-closed: the session was not refused")
+	if _, err := r.Start(execReq("ci", "tty=1"), "ci", "p1", "exec"); !apierrors.IsServiceUnavailable(err) || strings.Contains(err.Error(), r.opts.Dir) {
+		t.Errorf("over the total cap, fail-closed: %v; want a 503 naming no path", err)
 	}
 	if got := testutil.ToFloat64(r.failures.WithLabelValues("cap")); got < 3 {
 		t.Errorf("cap failures counted %v, want the truncation and both refusals", got)
 	}
+	r.opts.FailClosed = false
 	// Shipped elsewhere and deleted, the recordings count no more: the
 	// directory has room again.
 	casts, err := filepath.Glob(filepath.Join(r.opts.Dir, "*.cast"))
-	if err != nil || len(casts) != 2 {
-		t.Fatalf("recordings %v, %v; want the two sessions'", casts, err)
+	if err != nil || len(casts) != 3 {
+		t.Fatalf("recordings %v, %v; want the three sessions'", casts, err)
 	}
 	for _, c := range casts {
 		if err := os.Remove(c); err != nil {
@@ -177,12 +278,137 @@ func TestCaps(t *testing.T) {
 	now := time.Now()
 	r.now = func() time.Time { return now }
 	r.measuredAt = now
-	if _, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); err == nil {
+	if s, _ := r.Start(execReq("ci", "tty=1"), "ci", "p1", "exec"); s.Recorded() {
 		t.Error("at the cap, a session start read the directory again within dirRemeasureInterval of the last reading")
 	}
 	now = now.Add(dirRemeasureInterval)
-	if name, err := r.Follow(execReq("ci", "tty=1"), "ci", "p1", "exec", &opts, nil); name == "" || err != nil {
-		t.Errorf("after the recordings were removed: recording %q, %v; want a recording", name, err)
+	if s, err := r.Start(execReq("ci", "tty=1"), "ci", "p1", "exec"); err != nil || !s.Recorded() {
+		t.Errorf("after the recordings were removed: %v; want a recording", err)
+	}
+}
+
+// TestTotalCapHoldsUnderConcurrency: sessions recording at once, each far
+// more than the directory holds, never take it past its cap: every event
+// reserves its bytes before it is written.
+func TestTotalCapHoldsUnderConcurrency(t *testing.T) {
+	const capBytes = 3 << 20
+	r := newRecorder(t, Options{Mode: ModeAll, MaxSessionBytes: 100 << 20, MaxTotalBytes: capBytes})
+	var wg sync.WaitGroup
+	for range 6 {
+		s := startSession(t, r)
+		wg.Go(func() {
+			chunk := []byte(strings.Repeat("z", 8<<10))
+			for range 256 { // 2 MiB each
+				s.Data(streamfollow.Stdout, chunk)
+			}
+			s.end(streamfollow.EndCompleted)
+		})
+	}
+	wg.Wait()
+	var total int64
+	entries, err := os.ReadDir(r.opts.Dir)
+	if err != nil || len(entries) != 6 {
+		t.Fatalf("%d files, %v; want the six sessions'", len(entries), err)
+	}
+	for _, e := range entries {
+		info, _ := e.Info()
+		total += info.Size()
+	}
+	if total > capBytes {
+		t.Fatalf("the directory holds %d bytes, over its cap of %d", total, capBytes)
+	}
+	if total < capBytes-6*(8<<10+markerReserve) {
+		t.Fatalf("the directory holds %d bytes, far under its cap of %d: reservations leaked", total, capBytes)
+	}
+	if got := r.total.Load(); got != total || r.open.Load() != 0 {
+		t.Fatalf("counted %d bytes, %d open; the directory holds %d", got, r.open.Load(), total)
+	}
+}
+
+// fullDisk is a recording file that fails as a full disk does once it
+// holds room bytes: the write that crosses it writes what fits and
+// returns ENOSPC.
+type fullDisk struct {
+	*os.File
+	room int64
+}
+
+func (f *fullDisk) Write(b []byte) (int, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	free := max(f.room-st.Size(), 0)
+	if int64(len(b)) <= free {
+		return f.File.Write(b)
+	}
+	n, _ := f.File.Write(b[:free])
+	return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+}
+
+// TestFullDiskKeepsThePartialRecording: a volume that fills mid-session
+// keeps what was written, cut back to its last whole event so that
+// asciinema plays it, renamed into place; the Result says what was kept
+// and why, naming no server path. Failing closed, the session is ended
+// with a Status saying so; failing open, it goes on.
+func TestFullDiskKeepsThePartialRecording(t *testing.T) {
+	player, err := exec.LookPath("asciinema")
+	if err != nil {
+		t.Fatal("asciinema is not installed: run make tools")
+	}
+	for _, failClosed := range []bool{false, true} {
+		r := newRecorder(t, Options{Mode: ModeAll, FailClosed: failClosed})
+		r.wrapFile = func(f *os.File) file { return &fullDisk{File: f, room: 40 << 10} }
+		s := startSession(t, r)
+		for i := range 100 {
+			s.Data(streamfollow.Stdout, []byte(fmt.Sprintf("line %03d %s\r\n", i, strings.Repeat(".", 1000))))
+		}
+		s.end(streamfollow.EndCompleted)
+		res := s.Result()
+		if res.File != s.Name() || !strings.Contains(res.Incomplete, "no space left on device") || strings.Contains(res.Incomplete, r.opts.Dir) {
+			t.Errorf("fail-closed %v: result %+v, want the file kept and the cause without a path", failClosed, res)
+		}
+		out, err := recordingtest.Cat(player, s.path)
+		if err != nil || !strings.HasPrefix(string(out), "line 000") {
+			t.Errorf("fail-closed %v: asciinema cat: %v: %.40q", failClosed, err, out)
+		}
+		switch {
+		case failClosed && (s.terminated == nil || !strings.Contains(s.terminated.Message, "no space left on device") || strings.Contains(s.terminated.Message, r.opts.Dir)):
+			t.Errorf("failing closed, the session was ended with %+v; want a Status naming the cause without a path", s.terminated)
+		case !failClosed && s.terminated != nil:
+			t.Errorf("failing open, the session was ended: %+v", s.terminated)
+		}
+		if got := r.total.Load(); got > 40<<10 || r.open.Load() != 0 {
+			t.Errorf("fail-closed %v: counted %d bytes, %d open, after a full disk", failClosed, got, r.open.Load())
+		}
+	}
+}
+
+// TestFailClosedWritesEachEvent: failing closed, every event reaches the
+// file as it comes, so a full disk is found while the session runs, not
+// at its end; and a disk full at the start refuses the session, naming no
+// path, before it starts.
+func TestFailClosedWritesEachEvent(t *testing.T) {
+	r := newRecorder(t, Options{Mode: ModeAll, FailClosed: true})
+	s := startSession(t, r)
+	tmp := filepath.Join(r.opts.Dir, tempName(s.Name()))
+	for i := range 3 {
+		before, _ := os.Stat(tmp)
+		s.Data(streamfollow.Stdout, []byte("x"))
+		after, _ := os.Stat(tmp)
+		if after.Size() <= before.Size() {
+			t.Fatalf("event %d was not written as it came", i)
+		}
+	}
+	s.end(streamfollow.EndCompleted)
+
+	r.wrapFile = func(f *os.File) file { return &fullDisk{File: f} }
+	_, err := r.Start(execReq("ci", ""), "ci", "p1", "exec")
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "no space left on device") || strings.Contains(err.Error(), r.opts.Dir) {
+		t.Fatalf("full disk at the start, failing closed: %v; want a 503 naming the cause without a path", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(r.opts.Dir, ".*.tmp")); len(files) != 0 {
+		t.Fatalf("a refused session left %v", files)
 	}
 }
 
@@ -194,9 +420,63 @@ func TestFailClosedRefusesUnwritable(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	opts := streamfollow.Options{Protocol: v5}
-	if _, err := r.Follow(execReq("ci", ""), "ci", "p1", "exec", &opts, nil); err == nil || opts.Observer != nil {
-		t.Errorf("unwritable directory, fail-closed: %v, observer %v; want the session refused", err, opts.Observer)
+	if s, err := r.Start(execReq("ci", ""), "ci", "p1", "exec"); err == nil || s != nil || strings.Contains(err.Error(), dir) {
+		t.Errorf("unwritable directory, fail-closed: %v; want the session refused, naming no path", err)
+	}
+}
+
+// TestRecoverLeftovers: the recordings a killed gateway left under their
+// temporary names (empty, whole lines, a line cut by the kill) are kept
+// when a Recorder starts on the directory: cut back to whole lines, given
+// a header if they had none and a marker saying what happened, renamed,
+// counted, and playable. One a live session holds locked (another
+// replica's, on a shared volume) is left alone.
+func TestRecoverLeftovers(t *testing.T) {
+	player, err := exec.LookPath("asciinema")
+	if err != nil {
+		t.Fatal("asciinema is not installed: run make tools")
+	}
+	dir := t.TempDir()
+	header := `{"version":2,"width":80,"height":24,"timestamp":1,"title":"p"}` + "\n"
+	leftovers := map[string]string{
+		"ci_empty_1.cast": "",
+		"ci_whole_2.cast": header + `[0.5,"o","hello\r\n"]` + "\n",
+		"ci_cut_3.cast":   header + `[0.5,"o","hello\r\n"]` + "\n" + `[0.7,"o","wor`,
+	}
+	live := newRecorder(t, Options{Dir: dir, Mode: ModeAll})
+	open := startSession(t, live)
+	for name, content := range leftovers {
+		if err := os.WriteFile(filepath.Join(dir, tempName(name)), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := newRecorder(t, Options{Dir: dir, Mode: ModeAll})
+	if got := testutil.ToFloat64(r.recovered); got != 3 {
+		t.Errorf("recovered %v recordings, want 3", got)
+	}
+	for name := range leftovers {
+		path := filepath.Join(dir, name)
+		out, err := recordingtest.Cat(player, path)
+		if err != nil {
+			t.Errorf("%s: asciinema cat: %v", name, err)
+		}
+		if strings.Contains(name, "whole") || strings.Contains(name, "cut") {
+			if string(out) != "hello\r\n" {
+				t.Errorf("%s plays %q", name, out)
+			}
+		}
+		evs := events(t, path)
+		if last := evs[len(evs)-1]; last[1] != "m" || !strings.Contains(last[2].(string), "the gateway stopped before the session ended") {
+			t.Errorf("%s: last event %v, want the recovery marker", name, last)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, tempName(open.Name()))); err != nil {
+		t.Fatalf("a live session's recording was taken: %v", err)
+	}
+	open.end(streamfollow.EndCompleted)
+	if _, err := os.Stat(open.path); err != nil {
+		t.Fatalf("the live session's recording: %v", err)
 	}
 }
 
