@@ -19,18 +19,22 @@ import (
 // auditOptions are the audit flags, named and defaulted as kube-apiserver's
 // (--audit-log-*, --audit-webhook-*), so operators find what they know.
 type auditOptions struct {
-	logPath        string
-	logMaxSizeMB   int
-	logMaxBackup   int
-	logBufferSize  int
-	webhookConfig  string
-	webhookBatch   int
-	webhookWait    time.Duration
-	webhookBuffer  int
-	webhookBackoff time.Duration
-	webhookRetries int
-	webhookTimeout time.Duration
-	drain          time.Duration
+	logPath            string
+	logMaxSizeMB       int
+	logMaxBackup       int
+	logBufferSize      int
+	logBufferBytes     int64
+	webhookConfig      string
+	webhookBatch       int
+	webhookBatchBytes  int
+	webhookWait        time.Duration
+	webhookBuffer      int
+	webhookBufferBytes int64
+	webhookBackoff     time.Duration
+	webhookRetries     int
+	webhookTimeout     time.Duration
+	maxEventSize       int
+	drain              time.Duration
 }
 
 func bindAuditFlags(fs *flag.FlagSet) *auditOptions {
@@ -39,10 +43,14 @@ func bindAuditFlags(fs *flag.FlagSet) *auditOptions {
 	fs.IntVar(&o.logMaxSizeMB, "audit-log-maxsize", 100, "size in megabytes at which the audit log is rotated")
 	fs.IntVar(&o.logMaxBackup, "audit-log-maxbackup", 5, "rotated audit log files kept (the log takes at most (maxbackup+1) x maxsize)")
 	fs.IntVar(&o.logBufferSize, "audit-log-buffer-size", 10000, "audit events waiting for the log writer at most; more are dropped and counted (karmada_gateway_audit_events_dropped_total), never waited for")
+	fs.Int64Var(&o.logBufferBytes, "audit-log-buffer-max-bytes", 32<<20, "bytes the audit events waiting for the log writer take at most; more are dropped and counted, never waited for")
+	fs.IntVar(&o.maxEventSize, "audit-max-event-size", audit.DefaultMaxEventSize, "bytes an encoded audit event takes at most, as kube-apiserver's --audit-log-truncate-max-event-size: the request URI, command, user agent and impersonation a client sends are cut first (annotation audit.k8s.io/truncated); an event that still does not fit is dropped and counted")
 	fs.StringVar(&o.webhookConfig, "audit-webhook-config-file", "", "kubeconfig naming the audit webhook (its server URL and credentials), as kube-apiserver's; events are POSTed as audit.k8s.io/v1 EventList batches")
 	fs.IntVar(&o.webhookBatch, "audit-webhook-batch-max-size", 400, "most events in one webhook batch")
 	fs.DurationVar(&o.webhookWait, "audit-webhook-batch-max-wait", 30*time.Second, "longest an event waits for its webhook batch to fill")
+	fs.IntVar(&o.webhookBatchBytes, "audit-webhook-batch-max-bytes", audit.DefaultBatchMaxBytes, "bytes of events in one webhook batch at most, as kube-apiserver's --audit-webhook-truncate-max-batch-size")
 	fs.IntVar(&o.webhookBuffer, "audit-webhook-batch-buffer-size", 10000, "audit events waiting for the webhook at most; more are dropped and counted, never waited for")
+	fs.Int64Var(&o.webhookBufferBytes, "audit-webhook-batch-buffer-max-bytes", 32<<20, "bytes the audit events waiting for the webhook, and the batch being sent, take at most; more are dropped and counted, never waited for")
 	fs.DurationVar(&o.webhookBackoff, "audit-webhook-initial-backoff", 10*time.Second, "wait before a failed webhook batch is retried; it doubles at each retry")
 	fs.IntVar(&o.webhookRetries, "audit-webhook-retries", 3, "retries of a failed webhook batch before it is dropped and counted")
 	fs.DurationVar(&o.webhookTimeout, "audit-webhook-timeout", 30*time.Second, "deadline of each webhook request")
@@ -51,11 +59,15 @@ func bindAuditFlags(fs *flag.FlagSet) *auditOptions {
 }
 
 func (o *auditOptions) validate() error {
-	if o.logPath != "" && (o.logMaxSizeMB <= 0 || o.logMaxBackup < 0 || o.logBufferSize <= 0) {
-		return errors.New("--audit-log-maxsize and --audit-log-buffer-size must be positive, --audit-log-maxbackup not negative")
+	if o.logPath != "" && (o.logMaxSizeMB <= 0 || o.logMaxBackup < 0 || o.logBufferSize <= 0 || o.logBufferBytes <= 0) {
+		return errors.New("--audit-log-maxsize, --audit-log-buffer-size and --audit-log-buffer-max-bytes must be positive, --audit-log-maxbackup not negative")
 	}
-	if o.webhookConfig != "" && (o.webhookBatch <= 0 || o.webhookWait <= 0 || o.webhookBuffer <= 0 || o.webhookBackoff <= 0 || o.webhookRetries < 0 || o.webhookTimeout <= 0) {
+	if o.webhookConfig != "" && (o.webhookBatch <= 0 || o.webhookBatchBytes <= 0 || o.webhookWait <= 0 || o.webhookBuffer <= 0 || o.webhookBufferBytes <= 0 ||
+		o.webhookBackoff <= 0 || o.webhookRetries < 0 || o.webhookTimeout <= 0) {
 		return errors.New("--audit-webhook-* sizes and durations must be positive, retries not negative")
+	}
+	if o.maxEventSize < 1024 {
+		return errors.New("--audit-max-event-size must be at least 1024 bytes")
 	}
 	return nil
 }
@@ -76,7 +88,7 @@ func (o *auditOptions) build(reg prometheus.Registerer) (*audit.Auditor, error) 
 	var sinks []audit.Sink
 	if o.logPath != "" {
 		s, err := audit.NewFileSink(audit.FileOptions{
-			Path: o.logPath, MaxSize: int64(o.logMaxSizeMB) << 20, MaxBackups: o.logMaxBackup, Buffer: o.logBufferSize,
+			Path: o.logPath, MaxSize: int64(o.logMaxSizeMB) << 20, MaxBackups: o.logMaxBackup, Buffer: o.logBufferSize, BufferBytes: o.logBufferBytes,
 		}, m)
 		if err != nil {
 			return nil, err
@@ -93,7 +105,8 @@ func (o *auditOptions) build(reg prometheus.Registerer) (*audit.Auditor, error) 
 			return nil, fmt.Errorf("--audit-webhook-config-file: %w", err)
 		}
 		s, err := audit.NewWebhookSink(audit.WebhookOptions{
-			Client: client, URL: cfg.Host, BatchMaxSize: o.webhookBatch, BatchMaxWait: o.webhookWait, Buffer: o.webhookBuffer,
+			Client: client, URL: cfg.Host, BatchMaxSize: o.webhookBatch, BatchMaxBytes: o.webhookBatchBytes, BatchMaxWait: o.webhookWait,
+			Buffer: o.webhookBuffer, BufferBytes: o.webhookBufferBytes,
 			InitialBackoff: o.webhookBackoff, Retries: o.webhookRetries, Timeout: o.webhookTimeout,
 		}, m)
 		if err != nil {
@@ -101,7 +114,7 @@ func (o *auditOptions) build(reg prometheus.Registerer) (*audit.Auditor, error) 
 		}
 		sinks = append(sinks, s)
 	}
-	return audit.New(m, sinks...), nil
+	return audit.New(audit.Options{Metrics: m, MaxEventSize: o.maxEventSize, Sinks: sinks}), nil
 }
 
 // startAudit builds and starts the Auditor; stop, once the proxy drained,

@@ -97,7 +97,7 @@ func TestNewEvent(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.Received = received
-			ev := NewEvent(StageResponseComplete, "id-1", &tc.req, received.Add(1500*time.Millisecond))
+			ev := NewEvent(StageResponseComplete, "id-1", &tc.req, received.Add(1500*time.Millisecond), DefaultMaxEventSize)
 			b, err := json.Marshal(ev)
 			if err != nil {
 				t.Fatal(err)
@@ -129,7 +129,7 @@ func TestFileSinkRotates(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.log")
 	m := NewMetrics(prometheus.NewRegistry())
-	s, err := NewFileSink(FileOptions{Path: path, MaxSize: 100, MaxBackups: 2, Buffer: 100}, m)
+	s, err := NewFileSink(FileOptions{Path: path, MaxSize: 100, MaxBackups: 2, Buffer: 100, BufferBytes: 64 << 20}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +166,11 @@ func TestFileSinkRotates(t *testing.T) {
 // cannot take is refused, and the Auditor counts it.
 func TestFileSinkDropsWhenFull(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	s, err := NewFileSink(FileOptions{Path: filepath.Join(t.TempDir(), "a.log"), MaxSize: 1 << 20, Buffer: 2}, m)
+	s, err := NewFileSink(FileOptions{Path: filepath.Join(t.TempDir(), "a.log"), MaxSize: 1 << 20, Buffer: 2, BufferBytes: 64 << 20}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(m, s) // not started: nothing drains the buffer
+	a := New(Options{Metrics: m, Sinks: []Sink{s}}) // not started: nothing drains the buffer
 	req := &Request{HTTP: execRequest(t, http.Header{}), Route: "exec", Received: time.Now()}
 	for range 5 {
 		a.Record(StageResponseComplete, NewID(), req)
@@ -181,7 +181,7 @@ func TestFileSinkDropsWhenFull(t *testing.T) {
 }
 
 func TestFileSinkRefusesUnwritablePath(t *testing.T) {
-	_, err := NewFileSink(FileOptions{Path: filepath.Join(t.TempDir(), "missing", "a.log"), MaxSize: 1, Buffer: 1}, NewMetrics(prometheus.NewRegistry()))
+	_, err := NewFileSink(FileOptions{Path: filepath.Join(t.TempDir(), "missing", "a.log"), MaxSize: 1, Buffer: 1, BufferBytes: 64 << 20}, NewMetrics(prometheus.NewRegistry()))
 	if err == nil {
 		t.Fatal("an audit log in a missing directory was accepted")
 	}
@@ -252,7 +252,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestWebhookBatchesAndRetries(t *testing.T) {
 	srv := &webhookServer{}
 	srv.fail.Store(2)
-	s, m := newWebhook(t, srv, WebhookOptions{BatchMaxSize: 3, BatchMaxWait: 50 * time.Millisecond, Buffer: 10, InitialBackoff: time.Millisecond, Retries: 3, Timeout: 5 * time.Second})
+	s, m := newWebhook(t, srv, WebhookOptions{BatchMaxSize: 3, BatchMaxWait: 50 * time.Millisecond, Buffer: 10, BufferBytes: 1 << 20, InitialBackoff: time.Millisecond, Retries: 3, Timeout: 5 * time.Second})
 	for i := range 4 {
 		s.Enqueue([]byte(fmt.Sprintf(`{"n":"%d"}`, i)))
 	}
@@ -273,7 +273,7 @@ func TestWebhookBatchesAndRetries(t *testing.T) {
 func TestWebhookDropsAfterRetries(t *testing.T) {
 	srv := &webhookServer{}
 	srv.fail.Store(3)
-	s, m := newWebhook(t, srv, WebhookOptions{BatchMaxSize: 2, BatchMaxWait: time.Hour, Buffer: 10, InitialBackoff: time.Millisecond, Retries: 2, Timeout: 5 * time.Second})
+	s, m := newWebhook(t, srv, WebhookOptions{BatchMaxSize: 2, BatchMaxWait: time.Hour, Buffer: 10, BufferBytes: 1 << 20, InitialBackoff: time.Millisecond, Retries: 2, Timeout: 5 * time.Second})
 	for i := range 4 {
 		s.Enqueue([]byte(fmt.Sprintf(`{"n":"%d"}`, i)))
 	}
@@ -290,7 +290,7 @@ func TestWebhookDropsAfterRetries(t *testing.T) {
 // sent within the drain time.
 func TestWebhookDrainsOnStop(t *testing.T) {
 	srv := &webhookServer{}
-	s, _ := newWebhook(t, srv, WebhookOptions{BatchMaxSize: 100, BatchMaxWait: time.Hour, Buffer: 10, InitialBackoff: time.Millisecond, Retries: 0, Timeout: 5 * time.Second})
+	s, _ := newWebhook(t, srv, WebhookOptions{BatchMaxSize: 100, BatchMaxWait: time.Hour, Buffer: 10, BufferBytes: 1 << 20, InitialBackoff: time.Millisecond, Retries: 0, Timeout: 5 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx, 5*time.Second); close(done) }()

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -49,23 +48,44 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Auditor encodes each event once and hands it to every sink.
-type Auditor struct {
-	sinks   []Sink
-	metrics *Metrics
-	wg      sync.WaitGroup
-	now     func() time.Time
+// DefaultMaxEventSize is Options.MaxEventSize's default, kube-apiserver's
+// --audit-log-truncate-max-event-size.
+const DefaultMaxEventSize = 100 << 10
+
+// Options configures an Auditor.
+type Options struct {
+	// Metrics are the audit collectors; the sinks are given the same to
+	// count their errors and drops.
+	Metrics *Metrics
+	// MaxEventSize bounds an encoded event, as kube-apiserver's truncating
+	// backend bounds its own: the fields a client chooses the length of
+	// (the request URI, the command, the user agent, impersonated groups)
+	// are cut first and the event marked audit.k8s.io/truncated; one that
+	// still does not fit is dropped and counted. 0 is DefaultMaxEventSize.
+	MaxEventSize int
+	Sinks        []Sink
 }
 
-// New is an Auditor writing to sinks; its metrics are m (the sinks are
-// given the same to count their errors and drops).
-func New(m *Metrics, sinks ...Sink) *Auditor {
-	for _, s := range sinks {
-		m.Events.WithLabelValues(s.Name())
-		m.Dropped.WithLabelValues(s.Name())
-		m.Errors.WithLabelValues(s.Name())
+// Auditor encodes each event once and hands it to every sink.
+type Auditor struct {
+	sinks        []Sink
+	metrics      *Metrics
+	maxEventSize int
+	wg           sync.WaitGroup
+	now          func() time.Time
+}
+
+// New is an Auditor writing to opts.Sinks.
+func New(opts Options) *Auditor {
+	for _, s := range opts.Sinks {
+		opts.Metrics.Events.WithLabelValues(s.Name())
+		opts.Metrics.Dropped.WithLabelValues(s.Name())
+		opts.Metrics.Errors.WithLabelValues(s.Name())
 	}
-	return &Auditor{sinks: sinks, metrics: m, now: time.Now}
+	if opts.MaxEventSize <= 0 {
+		opts.MaxEventSize = DefaultMaxEventSize
+	}
+	return &Auditor{sinks: opts.Sinks, metrics: opts.Metrics, maxEventSize: opts.MaxEventSize, now: time.Now}
 }
 
 // Start runs the sinks until ctx ends; Wait waits for them to drain.
@@ -85,9 +105,12 @@ func (a *Auditor) Wait() { a.wg.Wait() }
 // Record writes req's event for stage; id ties a request's stages
 // together.
 func (a *Auditor) Record(stage string, id types.UID, req *Request) {
-	b, err := json.Marshal(NewEvent(stage, id, req, a.now()))
-	if err != nil { // every field marshals; a bug, not the client's
-		klog.Background().Error(err, "Encoding an audit event")
+	b, err := encodeWithin(NewEvent(stage, id, req, a.now(), a.maxEventSize), a.maxEventSize)
+	if err != nil {
+		klog.Background().Error(err, "Audit event dropped", "stage", stage, "auditID", id)
+		for _, s := range a.sinks {
+			a.metrics.Dropped.WithLabelValues(s.Name()).Inc()
+		}
 		return
 	}
 	for _, s := range a.sinks {

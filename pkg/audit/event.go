@@ -129,8 +129,20 @@ type Request struct {
 	Recording, RecordingIncomplete string
 }
 
-// NewEvent is the Event for stage of req at now.
-func NewEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
+// NewEvent is the Event for stage of req at now. The fields a client
+// chooses the length of (the request URI, the command, the user agent,
+// impersonation) are cut to a share of maxSize as the event is built,
+// marked audit.k8s.io/truncated; 0 cuts nothing.
+func NewEvent(stage string, id types.UID, req *Request, now time.Time, maxSize int) *Event {
+	ev := newEvent(stage, id, req, now)
+	if maxSize > 0 {
+		c := cutter{ev: ev, limit: maxSize / fieldShare}
+		c.cutFields()
+	}
+	return ev
+}
+
+func newEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 	r := req.HTTP
 	ev := &Event{
 		Kind: "Event", APIVersion: "audit.k8s.io/v1", Level: LevelMetadata,

@@ -22,8 +22,10 @@ type FileOptions struct {
 	// MaxBackups is how many rotated files are kept (0: the log is started
 	// afresh at MaxSize).
 	MaxBackups int
-	// Buffer is how many events wait for the writer at most.
-	Buffer int
+	// Buffer is how many events wait for the writer at most; BufferBytes
+	// how many bytes they take at most.
+	Buffer      int
+	BufferBytes int64
 }
 
 // FileSink writes events as JSON lines, kube-apiserver's --audit-log-format
@@ -31,7 +33,7 @@ type FileOptions struct {
 type FileSink struct {
 	opts    FileOptions
 	metrics *Metrics
-	ch      chan []byte
+	q       *queue
 	f       *os.File
 	size    int64
 }
@@ -39,10 +41,10 @@ type FileSink struct {
 // NewFileSink opens (creates) the log, so a path that cannot be written
 // fails at start, not at the first event.
 func NewFileSink(opts FileOptions, m *Metrics) (*FileSink, error) {
-	if opts.Path == "" || opts.MaxSize <= 0 || opts.MaxBackups < 0 || opts.Buffer <= 0 {
+	if opts.Path == "" || opts.MaxSize <= 0 || opts.MaxBackups < 0 || opts.Buffer <= 0 || opts.BufferBytes <= 0 {
 		return nil, fmt.Errorf("audit log: path, a positive size and buffer, and backups >= 0 are required (got %+v)", opts)
 	}
-	s := &FileSink{opts: opts, metrics: m, ch: make(chan []byte, opts.Buffer)}
+	s := &FileSink{opts: opts, metrics: m, q: newQueue(opts.Buffer, opts.BufferBytes)}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
@@ -51,14 +53,7 @@ func NewFileSink(opts FileOptions, m *Metrics) (*FileSink, error) {
 
 func (s *FileSink) Name() string { return "log" }
 
-func (s *FileSink) Enqueue(event []byte) bool {
-	select {
-	case s.ch <- event:
-		return true
-	default:
-		return false
-	}
-}
+func (s *FileSink) Enqueue(event []byte) bool { return s.q.push(event) }
 
 // Run writes events as they come, one line each, until ctx ends, then
 // those already enqueued (writing a file needs no more than drain allows).
@@ -69,17 +64,23 @@ func (s *FileSink) Run(ctx context.Context, _ time.Duration) {
 		}
 	}()
 	var line []byte
+	write := func(ev []byte) {
+		line = append(append(line[:0], ev...), '\n')
+		s.write(line)
+		s.q.done(len(ev))
+		if cap(line) > 1<<20 { // one huge event should not stay
+			line = nil
+		}
+	}
 	for {
 		select {
-		case ev := <-s.ch:
-			line = append(append(line[:0], ev...), '\n')
-			s.write(line)
+		case ev := <-s.q.ch:
+			write(ev)
 		case <-ctx.Done():
 			for {
 				select {
-				case ev := <-s.ch:
-					line = append(append(line[:0], ev...), '\n')
-					s.write(line)
+				case ev := <-s.q.ch:
+					write(ev)
 				default:
 					return
 				}

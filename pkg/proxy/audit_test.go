@@ -67,7 +67,7 @@ func (s *captureSink) waitEvents(t *testing.T, n int) []audit.Event {
 
 func newCapturingAuditor() (*audit.Auditor, *captureSink) {
 	sink := &captureSink{}
-	return audit.New(audit.NewMetrics(prometheus.NewRegistry()), sink), sink
+	return audit.New(audit.Options{Metrics: audit.NewMetrics(prometheus.NewRegistry()), Sinks: []audit.Sink{sink}}), sink
 }
 
 // TestExecIsAudited covers Options.Auditor on an exec through the gateway

@@ -151,11 +151,11 @@ func auditRecordingOptions(b *testing.B, on bool) Options {
 	}
 	dir := b.TempDir()
 	m := audit.NewMetrics(prometheus.NewRegistry())
-	sink, err := audit.NewFileSink(audit.FileOptions{Path: filepath.Join(dir, "audit.log"), MaxSize: 100 << 20, MaxBackups: 1, Buffer: 10000}, m)
+	sink, err := audit.NewFileSink(audit.FileOptions{Path: filepath.Join(dir, "audit.log"), MaxSize: 100 << 20, MaxBackups: 1, Buffer: 10000, BufferBytes: 64 << 20}, m)
 	if err != nil {
 		b.Fatal(err)
 	}
-	a := audit.New(m, sink)
+	a := audit.New(audit.Options{Metrics: m, Sinks: []audit.Sink{sink}})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.Start(ctx, time.Second)
 	b.Cleanup(func() { cancel(); a.Wait() })

@@ -126,11 +126,11 @@ func TestShutdownWritesEverySessionsRecords(t *testing.T) {
 	}
 	m := audit.NewMetrics(prometheus.NewRegistry())
 	logPath := filepath.Join(dir, "audit.log")
-	sink, err := audit.NewFileSink(audit.FileOptions{Path: logPath, MaxSize: 1 << 20, MaxBackups: 1, Buffer: 100}, m)
+	sink, err := audit.NewFileSink(audit.FileOptions{Path: logPath, MaxSize: 1 << 20, MaxBackups: 1, Buffer: 100, BufferBytes: 64 << 20}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	auditor := audit.New(m, sink)
+	auditor := audit.New(audit.Options{Metrics: m, Sinks: []audit.Sink{sink}})
 	auditCtx, stopAudit := context.WithCancel(context.Background())
 	auditor.Start(auditCtx, 5*time.Second)
 	env := newExecEnvWith(t, nil, Options{Recorder: rec, Auditor: auditor, StreamEndWait: 5 * time.Second})
