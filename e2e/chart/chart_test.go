@@ -336,8 +336,8 @@ extraArgs: ["--kube-api-qps=200", "--resync-period=1h"]
 
 func TestTimingValues(t *testing.T) {
 	d := deployment(t, render(t, "shutdownGracePeriodSeconds: 120\n"))
-	if g := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 135 {
-		t.Errorf("terminationGracePeriodSeconds = %d, want shutdown grace + 15 = 135", g)
+	if g := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 140 {
+		t.Errorf("terminationGracePeriodSeconds = %d, want shutdown grace + 20 = 140", g)
 	}
 	objs := render(t, "replicas: 1\n")
 	if f := objs.find("PodDisruptionBudget", ""); len(f) != 0 {

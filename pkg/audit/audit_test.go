@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
@@ -78,6 +80,27 @@ func TestNewEvent(t *testing.T) {
 		check: func(t *testing.T, ev *Event) {
 			if ev.User.Username != "system:serviceaccount:ci:runner" || ev.User.UID != "u1" || ev.ImpersonatedUser != nil || ev.Annotations[AnnotationDecision] != "allow" {
 				t.Errorf("user %+v impersonated %+v annotations %v", ev.User, ev.ImpersonatedUser, ev.Annotations)
+			}
+		},
+	}, {
+		// kube-apiserver writes who authenticated as user, also on a
+		// refusal, and whom it asked to be as impersonatedUser.
+		name: "authorize mode refused an impersonation",
+		req: Request{HTTP: execRequest(t, http.Header{"Authorization": {"Bearer t"}, "Impersonate-User": {"bob"}}), Route: "exec", AuthMode: "authorize", Code: 403,
+			User:         &identity.Caller{Name: "alice", Groups: []string{"devs", "system:authenticated"}},
+			Impersonated: identity.Impersonated(http.Header{"Impersonate-User": {"bob"}}), Decision: "forbid", Reason: "no"},
+		check: func(t *testing.T, ev *Event) {
+			if ev.User.Username != "alice" || ev.ImpersonatedUser == nil || ev.ImpersonatedUser.Username != "bob" ||
+				strings.Join(ev.ImpersonatedUser.Groups, ",") != "system:authenticated" || ev.Annotations[AnnotationDecision] != "forbid" {
+				t.Errorf("user %+v impersonated %+v annotations %v", ev.User, ev.ImpersonatedUser, ev.Annotations)
+			}
+		},
+	}, {
+		name: "passthrough, the caller could not be learnt",
+		req:  Request{HTTP: execRequest(t, http.Header{"Authorization": {"Bearer t"}}), Route: "exec", AuthMode: "passthrough", Code: 101, UserUnknown: "timed out"},
+		check: func(t *testing.T, ev *Event) {
+			if ev.User.Username != "" || ev.Annotations[AnnotationUserUnknown] != "timed out" {
+				t.Errorf("user %+v annotations %v", ev.User, ev.Annotations)
 			}
 		},
 	}, {
@@ -173,7 +196,7 @@ func TestFileSinkDropsWhenFull(t *testing.T) {
 	a := New(Options{Metrics: m, Sinks: []Sink{s}}) // not started: nothing drains the buffer
 	req := &Request{HTTP: execRequest(t, http.Header{}), Route: "exec", Received: time.Now()}
 	for range 5 {
-		a.Record(StageResponseComplete, NewID(), req)
+		a.Record(StageResponseComplete, NewID(), req, time.Now())
 	}
 	if got, dropped := testutil.ToFloat64(m.Events.WithLabelValues("log")), testutil.ToFloat64(m.Dropped.WithLabelValues("log")); got != 2 || dropped != 3 {
 		t.Errorf("events %v dropped %v, want 2 and 3", got, dropped)
@@ -300,5 +323,102 @@ func TestWebhookDrainsOnStop(t *testing.T) {
 	<-done
 	if got := fmt.Sprint(srv.received()); got != "[[a b]]" {
 		t.Errorf("batches %s, want [[a b]]", got)
+	}
+}
+
+// TestOneCredentialHash: a token names the same credential whether it came
+// in Authorization or in a WebSocket bearer subprotocol (decoded first), so
+// a search by credential finds WebSocket sessions too.
+func TestOneCredentialHash(t *testing.T) {
+	header := execRequest(t, http.Header{"Authorization": {"Bearer my-token"}})
+	ws := execRequest(t, http.Header{
+		"Connection": {"Upgrade"}, "Upgrade": {"websocket"},
+		"Sec-Websocket-Protocol": {"v5.channel.k8s.io, " + identity.WebSocketBearerPrefix + base64.RawURLEncoding.EncodeToString([]byte("my-token"))},
+	})
+	if a, b := credential(header), credential(ws); a != b || !strings.HasPrefix(a, "token-sha256:") {
+		t.Fatalf("header %q, WebSocket %q: want one hash", a, b)
+	}
+}
+
+// heldRecorder is a Recorder that keeps events and counts holds.
+type heldRecorder struct {
+	mu     sync.Mutex
+	stages []string
+	users  []string
+	at     []time.Time
+	held   atomic.Int32
+}
+
+func (h *heldRecorder) Record(stage string, _ types.UID, req *Request, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stages = append(h.stages, stage)
+	user := ""
+	if req.User != nil {
+		user = req.User.Name
+	}
+	h.users = append(h.users, user)
+	h.at = append(h.at, at)
+}
+
+func (h *heldRecorder) Hold() func() {
+	h.held.Add(1)
+	return func() { h.held.Add(-1) }
+}
+
+// TestTrailWaitsForTheCaller: events written while the caller is being
+// looked up are written once it is known, in order, stamped with when
+// they happened, the Recorder held until then; with the lookup done, they
+// are written at once.
+func TestTrailWaitsForTheCaller(t *testing.T) {
+	rec := &heldRecorder{}
+	who := identity.NewAttribution()
+	found := make(chan struct{})
+	who.Lookup(func() (identity.Caller, error) { <-found; return identity.Caller{Name: "alice"}, nil })
+	r := execRequest(t, http.Header{})
+	tr := NewTrail(rec, r, "passthrough", func(req *Request) { req.Route = "exec" }, who)
+	startedAt := time.Now()
+	tr.Header(101, true)
+	tr.StreamFollowed("v5.channel.k8s.io")
+	tr.StreamEnded(streamfollow.Summary{End: streamfollow.EndCompleted})
+	tr.Finish(101, 0)
+	rec.mu.Lock()
+	early := len(rec.stages)
+	rec.mu.Unlock()
+	if early != 0 || rec.held.Load() != 1 {
+		t.Fatalf("%d events written and %d holds before the caller was known; want none and one", early, rec.held.Load())
+	}
+	close(found)
+	waitFor(t, "the deferred events", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.stages) == 2 })
+	if strings.Join(rec.stages, ",") != "ResponseStarted,ResponseComplete" || strings.Join(rec.users, ",") != "alice,alice" ||
+		rec.at[0].Before(startedAt) || rec.at[0].After(rec.at[1]) {
+		t.Fatalf("wrote %v for %v at %v", rec.stages, rec.users, rec.at)
+	}
+	waitFor(t, "the hold released", func() bool { return rec.held.Load() == 0 })
+}
+
+// TestAuditorDrainsHeldEvents: stopping the Auditor waits for the events
+// held back for their caller before its sinks stop, so they are written.
+func TestAuditorDrainsHeldEvents(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	path := filepath.Join(t.TempDir(), "a.log")
+	s, err := NewFileSink(FileOptions{Path: path, MaxSize: 1 << 20, Buffer: 10, BufferBytes: 1 << 20}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(Options{Metrics: m, Sinks: []Sink{s}})
+	ctx, stop := context.WithCancel(context.Background())
+	a.Start(ctx, time.Second)
+	who := identity.NewAttribution()
+	found := make(chan struct{})
+	who.Lookup(func() (identity.Caller, error) { <-found; return identity.Caller{Name: "alice"}, nil })
+	tr := NewTrail(a, execRequest(t, http.Header{}), "passthrough", func(req *Request) { req.Route = "exec" }, who)
+	tr.Finish(403, 0)
+	stop() // the gateway stops while the event waits for its caller
+	close(found)
+	a.Wait()
+	b, err := os.ReadFile(path)
+	if got := strings.Split(strings.TrimSpace(string(b)), "\n"); err != nil || len(got) != 1 || !strings.Contains(got[0], `"username":"alice"`) {
+		t.Fatalf("audit log %q (%v), want the held event with its caller", got, err)
 	}
 }

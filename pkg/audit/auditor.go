@@ -72,7 +72,8 @@ type Auditor struct {
 	metrics      *Metrics
 	maxEventSize int
 	wg           sync.WaitGroup
-	now          func() time.Time
+	// held counts the trails still to write events (Hold).
+	held sync.WaitGroup
 }
 
 // New is an Auditor writing to opts.Sinks.
@@ -85,16 +86,23 @@ func New(opts Options) *Auditor {
 	if opts.MaxEventSize <= 0 {
 		opts.MaxEventSize = DefaultMaxEventSize
 	}
-	return &Auditor{sinks: opts.Sinks, metrics: opts.Metrics, maxEventSize: opts.MaxEventSize, now: time.Now}
+	return &Auditor{sinks: opts.Sinks, metrics: opts.Metrics, maxEventSize: opts.MaxEventSize}
 }
 
-// Start runs the sinks until ctx ends; Wait waits for them to drain.
+// Start runs the sinks until ctx ends and the events held back were
+// written (Hold); Wait waits for them to drain.
 func (a *Auditor) Start(ctx context.Context, drain time.Duration) {
+	stopped, stop := context.WithCancel(context.Background())
+	go func() {
+		<-ctx.Done()
+		a.held.Wait() // each is bounded: callerWait
+		stop()
+	}()
 	for _, s := range a.sinks {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			s.Run(ctx, drain)
+			s.Run(stopped, drain)
 		}()
 	}
 }
@@ -102,10 +110,18 @@ func (a *Auditor) Start(ctx context.Context, drain time.Duration) {
 // Wait returns once every sink has drained after Start's context ended.
 func (a *Auditor) Wait() { a.wg.Wait() }
 
-// Record writes req's event for stage; id ties a request's stages
-// together.
-func (a *Auditor) Record(stage string, id types.UID, req *Request) {
-	b, err := encodeWithin(NewEvent(stage, id, req, a.now(), a.maxEventSize), a.maxEventSize)
+// Hold keeps the sinks running until release: a trail writes events once
+// their caller is known.
+func (a *Auditor) Hold() (release func()) {
+	a.held.Add(1)
+	var once sync.Once
+	return func() { once.Do(a.held.Done) }
+}
+
+// Record writes req's event for stage, which happened at at; id ties a
+// request's stages together.
+func (a *Auditor) Record(stage string, id types.UID, req *Request, at time.Time) {
+	b, err := encodeWithin(NewEvent(stage, id, req, at, a.maxEventSize), a.maxEventSize)
 	if err != nil {
 		klog.Background().Error(err, "Audit event dropped", "stage", stage, "auditID", id)
 		for _, s := range a.sinks {

@@ -125,7 +125,7 @@ func TestHungWebhookHoldsBoundedBytes(t *testing.T) {
 	uri := "https://gw/api/v1/namespaces/ci/pods/job-42/exec?command=" + strings.Repeat("x", 900<<10)
 	const n = 150
 	for range n {
-		a.Record(StageResponseComplete, NewID(), &Request{HTTP: httptest.NewRequest(http.MethodPost, uri, nil), Route: "refused", Code: 400})
+		a.Record(StageResponseComplete, NewID(), &Request{HTTP: httptest.NewRequest(http.MethodPost, uri, nil), Route: "refused", Code: 400}, time.Now())
 		if got := s.q.bytes.Load(); got > budget {
 			t.Fatalf("the webhook holds %d bytes, over its %d", got, budget)
 		}

@@ -89,6 +89,9 @@ const (
 	AnnotationBytesOut   = prefix + "bytes-to-client"
 	AnnotationDuration   = prefix + "duration-seconds"
 	AnnotationRecording  = prefix + "recording"
+	// AnnotationUserUnknown says why user is empty, when the gateway
+	// tried to learn it.
+	AnnotationUserUnknown = prefix + "user-unknown"
 	// AnnotationRecordingIncomplete says why the recording named (or
 	// none) does not hold the whole session.
 	AnnotationRecordingIncomplete = prefix + "recording-incomplete"
@@ -111,6 +114,14 @@ type Request struct {
 	TemplateUID, MemberUID types.UID
 	// Caller is the identity authorize mode authenticated and allowed.
 	Caller *identity.Caller
+	// User is who authenticated, when the gateway learnt it (authorize
+	// mode's authentication, passthrough's review of the credential);
+	// UserUnknown says why it is not known, when a lookup said.
+	User        *identity.Caller
+	UserUnknown string
+	// Impersonated is the identity the request's Impersonate-* headers ask
+	// for, as kube-apiserver builds it; nil: read from the headers as sent.
+	Impersonated *identity.Caller
 	// Decision is authorize mode's: "allow" or "forbid" ("" when
 	// karmada-apiserver decided: passthrough), Reason why.
 	Decision, Reason string
@@ -172,17 +183,20 @@ func newEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 	set(AnnotationProtocol, req.Protocol)
 	set(AnnotationRecording, req.Recording)
 	set(AnnotationRecordingIncomplete, req.RecordingIncomplete)
+	// user is who authenticated, impersonatedUser whom the request asked
+	// to act as, as kube-apiserver writes them.
 	imp := impersonated(r.Header)
-	switch {
-	case req.Caller != nil && imp != nil:
-		// Authorize mode allowed the impersonation: the Caller is whom the
-		// client became; who it was is known by its credential only.
-		ev.ImpersonatedUser = userInfo(req.Caller)
-	case req.Caller != nil:
-		ev.User = *userInfo(req.Caller)
-	default:
-		ev.ImpersonatedUser = imp
+	if req.Impersonated != nil {
+		imp = userInfo(req.Impersonated)
 	}
+	ev.ImpersonatedUser = imp
+	switch {
+	case req.User != nil:
+		ev.User = *userInfo(req.User)
+	case req.Caller != nil && imp == nil:
+		ev.User = *userInfo(req.Caller)
+	}
+	set(AnnotationUserUnknown, req.UserUnknown)
 	if ev.ObjectRef != nil && (ev.ObjectRef.Subresource == "exec" || ev.ObjectRef.Subresource == "attach") {
 		q := r.URL.Query()
 		set(AnnotationContainer, q.Get("container"))
@@ -267,10 +281,12 @@ func impersonated(h http.Header) *authnv1.UserInfo {
 }
 
 // credential names what the client authenticated with, never the secret:
-// a bearer token (header or WebSocket subprotocol) by the first 16 hex
-// digits of its SHA-256, a client certificate by its subject.
+// a bearer token by the first 16 hex digits of its SHA-256, the same
+// whether it came in Authorization or, decoded, in a WebSocket
+// subprotocol (a malformed subprotocol entry is hashed as sent), a client
+// certificate by its subject.
 func credential(r *http.Request) string {
-	token, ok := identity.BearerToken(r.Header)
+	token, ok := identity.CallerToken(r.Header)
 	if !ok {
 		token, ok = identity.WebSocketBearerEntry(r.Header)
 	}

@@ -9,14 +9,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
 )
 
 // Recorder takes a request's events. *Auditor implements it.
 type Recorder interface {
-	// Record must not block: it runs on the request's goroutine.
-	Record(stage string, id types.UID, req *Request)
+	// Record writes req's event for stage, which happened at at. It must
+	// not block: it runs on the request's goroutine.
+	Record(stage string, id types.UID, req *Request, at time.Time)
+	// Hold keeps the Recorder's sinks running, once it is told to stop,
+	// until release is called: for events written late, once their
+	// caller is known.
+	Hold() (release func())
 }
+
+// callerWait bounds how long a Trail's events wait for their caller to be
+// learnt (identity.Attribution) before they are written without it.
+const callerWait = 2 * time.Second
 
 // Audited reports whether a request of the gateway's route goes to a
 // member (or would have, had the gateway not refused it): exec, attach,
@@ -46,19 +56,66 @@ type Trail struct {
 	rec     Recorder
 	id      types.UID
 	decided Decided
+	caller  *identity.Attribution
 
 	mu        sync.Mutex
 	req       Request
 	pending   int
 	body      []byte
 	recording func() (file, incomplete string)
+	// deferred are events written once the caller is known, in order.
+	deferred []deferredEvent
+}
+
+type deferredEvent struct {
+	stage string
+	req   Request
+	at    time.Time
 }
 
 // NewTrail starts r's trail; decided fills in, at each event, what the
-// gateway decided (route, member cluster, caller, decision).
-func NewTrail(rec Recorder, r *http.Request, authMode string, decided Decided) *Trail {
-	return &Trail{rec: rec, id: NewID(), decided: decided, pending: 1,
+// gateway decided (route, member cluster, decision); caller is who the
+// request's caller is, as the gateway learns it: an event written while it
+// is still being looked up waits for it (in the background, at most
+// callerWait) so that every event names the caller.
+func NewTrail(rec Recorder, r *http.Request, authMode string, decided Decided, caller *identity.Attribution) *Trail {
+	return &Trail{rec: rec, id: NewID(), decided: decided, caller: caller, pending: 1,
 		req: Request{HTTP: r, Received: time.Now(), AuthMode: authMode}}
+}
+
+// record writes t.req's event for stage, or has it written once the caller
+// is known; t.mu is held.
+func (t *Trail) record(stage string) {
+	ev := deferredEvent{stage: stage, req: t.req, at: time.Now()}
+	if t.deferred != nil || t.caller.Pending() {
+		if t.deferred == nil {
+			go t.writeDeferred(t.rec.Hold())
+		}
+		t.deferred = append(t.deferred, ev)
+		return
+	}
+	t.write(ev)
+}
+
+func (t *Trail) write(ev deferredEvent) {
+	if user, ok, reason := t.caller.Wait(callerWait); ok {
+		ev.req.User = &user
+	} else {
+		ev.req.UserUnknown = reason
+	}
+	t.rec.Record(ev.stage, t.id, &ev.req, ev.at)
+}
+
+// writeDeferred writes the deferred events once the caller is known.
+func (t *Trail) writeDeferred(release func()) {
+	defer release()
+	t.caller.Wait(callerWait)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ev := range t.deferred {
+		t.write(ev)
+	}
+	t.deferred = nil
 }
 
 // Header runs when the response's status is known (101 at the upgrade);
@@ -74,7 +131,7 @@ func (t *Trail) Header(code int, stream bool) {
 	}
 	t.req.Code = code
 	if stream {
-		t.rec.Record(StageResponseStarted, t.id, &t.req)
+		t.record(StageResponseStarted)
 	}
 }
 
@@ -144,6 +201,6 @@ func (t *Trail) RecordingFollowed(result func() (file, incomplete string)) {
 // done writes ResponseComplete once nothing is pending; t.mu is held.
 func (t *Trail) done() {
 	if t.pending--; t.pending == 0 && Audited(t.req.Route) {
-		t.rec.Record(StageResponseComplete, t.id, &t.req)
+		t.record(StageResponseComplete)
 	}
 }

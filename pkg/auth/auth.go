@@ -155,10 +155,12 @@ func (t *trace) cacheLabel() string {
 }
 
 // decision is a cached outcome: of a TokenReview, of the impersonation
-// checks, or of a whole AuthorizeResource.
+// checks, or of a whole AuthorizeResource. requestor is who authenticated,
+// known also when the decision refused.
 type decision struct {
-	caller identity.Caller
-	err    error
+	caller    identity.Caller
+	requestor identity.Caller
+	err       error
 }
 
 // AuthorizeResource implements proxy.Authorizer. The whole decision
@@ -183,29 +185,39 @@ func (a *Authorizer) authorizeResource(ctx context.Context, r *http.Request, rr 
 	if err != nil {
 		return identity.Caller{}, err
 	}
-	key := cacheKey("resource", cred.key, imp.key(), rr.Namespace, rr.Verb, rr.Group, rr.Resource, rr.Subresource, rr.Name)
+	key := cacheKey("resource", cred.key, impersonationKey(imp), rr.Namespace, rr.Verb, rr.Group, rr.Resource, rr.Subresource, rr.Name)
 	d, err := a.cached(ctx, key, tr, func(ctx context.Context, tr *trace) (decision, error) {
-		caller, err := a.effectiveCaller(ctx, cred, imp, tr)
+		ec, err := a.effectiveCaller(ctx, cred, imp, tr)
 		if err != nil {
-			return decision{}, err
+			return decision{requestor: ec.requestor}, err
 		}
 		attrs := resourceAttributes(rr)
-		allowed, reason, err := a.review(ctx, caller, attrs, tr)
+		allowed, reason, err := a.review(ctx, ec.caller, attrs, tr)
 		if err != nil {
-			return decision{}, err
+			return decision{requestor: ec.requestor}, err
 		}
 		if !allowed {
-			err := forbidden(caller.Name, attrs, reason)
-			a.store(key, decision{err: err}, a.negativeTTL, len(err.Error()))
-			return decision{err: err}, nil
+			d := decision{err: forbidden(ec.caller.Name, attrs, reason), requestor: ec.requestor}
+			a.store(key, d, a.negativeTTL, len(d.err.Error())+callerSize(ec.requestor))
+			return d, nil
 		}
-		a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
-		return decision{caller: caller}, nil
+		d := decision{caller: ec.caller, requestor: ec.requestor}
+		a.store(key, d, a.ttl, callerSize(ec.caller)+callerSize(ec.requestor))
+		return d, nil
 	})
+	attribute(ctx, d.requestor)
 	if err != nil {
 		return identity.Caller{}, err
 	}
 	return copyCaller(d.caller), d.err
+}
+
+// attribute records, for the request's audit events, who authenticated,
+// whatever was then decided.
+func attribute(ctx context.Context, requestor identity.Caller) {
+	if requestor.Name != "" {
+		identity.AttributionFrom(ctx).Set(copyCaller(requestor))
+	}
 }
 
 // flight is what one shared computation of cached answers.
@@ -302,42 +314,51 @@ func (a *Authorizer) authenticateRequest(ctx context.Context, r *http.Request, t
 	if err != nil {
 		return identity.Caller{}, err
 	}
-	caller, err := a.effectiveCaller(ctx, cred, imp, tr)
+	ec, err := a.effectiveCaller(ctx, cred, imp, tr)
+	attribute(ctx, ec.requestor)
 	if err != nil {
 		return identity.Caller{}, err
 	}
-	return copyCaller(caller), nil
+	return copyCaller(ec.caller), nil
 }
 
 // credentialAndImpersonation reads what r presents and asks for. Malformed
 // Impersonate-* headers are reported only once the credential is known to be
 // good, since kube-apiserver authenticates before it looks at impersonation
 // and an unauthenticated client should learn nothing but 401.
-func (a *Authorizer) credentialAndImpersonation(ctx context.Context, r *http.Request, tr *trace) (credential, *impersonation, error) {
+func (a *Authorizer) credentialAndImpersonation(ctx context.Context, r *http.Request, tr *trace) (credential, *identity.Impersonation, error) {
 	cred, err := a.credentialOf(r)
 	if err != nil {
 		return credential{}, nil, err
 	}
-	imp, err := parseImpersonation(r.Header)
+	imp, err := identity.ParseImpersonation(r.Header)
 	if err != nil {
-		if _, authErr := a.authenticate(ctx, cred, tr); authErr != nil {
+		requestor, authErr := a.authenticate(ctx, cred, tr)
+		if authErr != nil {
 			return credential{}, nil, authErr
 		}
+		attribute(ctx, requestor)
 		return credential{}, nil, err
 	}
 	return cred, imp, nil
 }
 
+// effective is the identity a request acts as (caller) and who
+// authenticated (requestor): the same without impersonation.
+type effective struct{ caller, requestor identity.Caller }
+
 // effectiveCaller authenticates cred and applies imp after checking each
 // impersonated item, caching the outcome per credential and impersonation.
-func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *impersonation, tr *trace) (identity.Caller, error) {
+// The requestor is known once the credential authenticated, also when the
+// impersonation is refused.
+func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *identity.Impersonation, tr *trace) (effective, error) {
 	requestor, err := a.authenticate(ctx, cred, tr)
 	if err != nil || imp == nil {
-		return requestor, err
+		return effective{caller: requestor, requestor: requestor}, err
 	}
-	key := cacheKey("impersonate", cred.key, imp.key())
+	key := cacheKey("impersonate", cred.key, impersonationKey(imp))
 	d, err := a.cached(ctx, key, tr, func(ctx context.Context, tr *trace) (decision, error) {
-		for _, attrs := range imp.checks() {
+		for _, attrs := range impersonationChecks(imp) {
 			allowed, reason, err := a.review(ctx, requestor, attrs, tr)
 			if err != nil {
 				return decision{}, err
@@ -348,14 +369,14 @@ func (a *Authorizer) effectiveCaller(ctx context.Context, cred credential, imp *
 				return decision{err: err}, nil
 			}
 		}
-		caller := imp.caller()
+		caller := imp.Caller()
 		a.store(key, decision{caller: caller}, a.ttl, callerSize(caller))
 		return decision{caller: caller}, nil
 	})
 	if err != nil {
-		return identity.Caller{}, err
+		return effective{requestor: requestor}, err
 	}
-	return d.caller, d.err
+	return effective{caller: d.caller, requestor: requestor}, d.err
 }
 
 // review asks karmada-apiserver whether who may do attrs.

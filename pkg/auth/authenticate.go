@@ -18,13 +18,6 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 )
 
-// Built-in groups kube-apiserver adds or recognises.
-const (
-	groupAuthenticated   = "system:authenticated"
-	groupUnauthenticated = "system:unauthenticated"
-	userAnonymous        = "system:anonymous"
-)
-
 // credentialIDKey is the user extra kube-apiserver sets for x509 callers.
 const credentialIDKey = "authentication.kubernetes.io/credential-id"
 
@@ -100,7 +93,7 @@ func (a *Authorizer) verifyClientCert(state *tls.ConnectionState) (identity.Call
 	return identity.Caller{
 		Name:   leaf.Subject.CommonName,
 		UID:    uid,
-		Groups: withAuthenticatedGroup(slices.Clone(leaf.Subject.Organization)),
+		Groups: identity.WithAuthenticatedGroup(slices.Clone(leaf.Subject.Organization)),
 		Extra:  map[string][]string{credentialIDKey: {"X509SHA256=" + fingerprint}},
 	}, fingerprint, nil
 }
@@ -154,7 +147,7 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 			return decision{}, err
 		}
 		// An anonymous identity is not a credential the gateway acts for.
-		if !res.Status.Authenticated || res.Status.User.Username == "" || res.Status.User.Username == userAnonymous {
+		if !res.Status.Authenticated || res.Status.User.Username == "" || res.Status.User.Username == identity.UserAnonymous {
 			// Status.Error is the authenticators' own text; kube-apiserver does
 			// not show it to clients either.
 			klog.FromContext(ctx).V(2).Info("Token rejected", "reason", strings.ReplaceAll(res.Status.Error, cred.token, "[redacted]"))
@@ -166,7 +159,7 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 		caller := identity.Caller{
 			Name:   u.Username,
 			UID:    u.UID,
-			Groups: withAuthenticatedGroup(slices.Clone(u.Groups)),
+			Groups: identity.WithAuthenticatedGroup(slices.Clone(u.Groups)),
 		}
 		if len(u.Extra) > 0 {
 			caller.Extra = make(map[string][]string, len(u.Extra))
@@ -181,14 +174,4 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 		return identity.Caller{}, err
 	}
 	return d.caller, d.err
-}
-
-// withAuthenticatedGroup adds system:authenticated as kube-apiserver's
-// authenticated-group adder does for every authenticated request (a caller
-// already in either built-in group keeps its groups as they are).
-func withAuthenticatedGroup(groups []string) []string {
-	if slices.Contains(groups, groupAuthenticated) || slices.Contains(groups, groupUnauthenticated) {
-		return groups
-	}
-	return append(groups, groupAuthenticated)
 }

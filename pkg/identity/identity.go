@@ -110,6 +110,19 @@ func WebSocketBearerToken(h http.Header) (token string, ok bool, err error) {
 	return token, true, nil
 }
 
+// CallerToken is the bearer token a caller presented: Authorization's,
+// else a WebSocket bearer subprotocol's, decoded as kube-apiserver decodes
+// it, so one credential is one token whatever its transport.
+func CallerToken(h http.Header) (string, bool) {
+	if t, ok := BearerToken(h); ok {
+		return t, true
+	}
+	if t, ok, err := WebSocketBearerToken(h); ok && err == nil {
+		return t, true
+	}
+	return "", false
+}
+
 // stripWebSocketBearer drops only the token entries of Sec-WebSocket-Protocol,
 // keeping every real subprotocol and its order.
 func stripWebSocketBearer(h http.Header) {

@@ -17,6 +17,7 @@ type Auditor = audit.Recorder
 // audit events.
 func (s *requestState) decided(req *audit.Request) {
 	req.Route, req.Cluster = s.route, s.cluster
+	req.Impersonated = identity.Impersonated(req.HTTP.Header)
 	req.TemplateUID, req.MemberUID = s.placement.TemplateUID, s.placement.MemberUID
 	switch {
 	case s.authorized != nil:

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
@@ -183,11 +184,66 @@ func TestRefusalsAreAudited(t *testing.T) {
 	}
 	evs := sink.waitEvents(t, 2)
 	denied, guarded := evs[0], evs[1]
+	if denied.User.Username != "alice" {
+		t.Errorf("denied exec audited with user %+v, want the caller who authenticated", denied.User)
+	}
 	if denied.ResponseStatus.Code != http.StatusForbidden || denied.Annotations[audit.AnnotationDecision] != "forbid" ||
 		!strings.Contains(denied.Annotations[audit.AnnotationReason], "forbidden") || denied.Annotations[audit.AnnotationCommand] != `["id"]` {
 		t.Errorf("denied exec audited as %+v", denied)
 	}
 	if guarded.ResponseStatus.Code != http.StatusBadRequest || guarded.Annotations[audit.AnnotationRoute] != "refused" || guarded.ResponseStatus.Message == "" {
 		t.Errorf("refused path audited as %+v %+v", guarded, guarded.ResponseStatus)
+	}
+}
+
+// TestPassthroughEventsNameTheCaller: in passthrough mode an audited
+// request's events name the caller as karmada-apiserver authenticates its
+// credential (its SelfSubjectReview, sent with the caller's token alone,
+// never its impersonation), whom it asked to be as impersonatedUser; one
+// review serves every request with the token, WebSocket or not; a token
+// karmada-apiserver answered 401 costs no review, so random tokens cannot
+// multiply the gateway's calls.
+func TestPassthroughEventsNameTheCaller(t *testing.T) {
+	var mu sync.Mutex
+	var reviews []http.Header
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if proxytest.IsSelfSubjectReview(r) {
+			mu.Lock()
+			reviews = append(reviews, r.Header.Clone())
+			mu.Unlock()
+		}
+		if r.Header.Get("Authorization") == "Bearer bad-token" {
+			apiresponse.WriteStatus(w, apierrors.NewUnauthorized("Unauthorized"))
+			return
+		}
+		(&proxytest.RecordingUpstream{}).ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	auditor, sink := newCapturingAuditor()
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: up.URL}, Auditor: auditor})
+	logs := "/api/v1/namespaces/ci/pods/job-42/log"
+	for _, h := range []http.Header{
+		{"Authorization": {"Bearer caller-token"}},
+		{"Authorization": {"Bearer caller-token"}, "Impersonate-User": {"bob"}},
+		{"Authorization": {"Bearer bad-token"}},
+	} {
+		p.ServeHTTP(httptest.NewRecorder(), proxytest.RawRequest(t, http.MethodGet, logs, h, ""))
+	}
+	evs := sink.waitEvents(t, 3)
+	for i, ev := range evs[:2] {
+		if ev.User.Username != proxytest.ReviewedUser || strings.Join(ev.User.Groups, ",") != "devs,system:authenticated" {
+			t.Errorf("event %d: user %+v, want karmada-apiserver's answer", i, ev.User)
+		}
+	}
+	if imp := evs[1].ImpersonatedUser; imp == nil || imp.Username != "bob" || strings.Join(imp.Groups, ",") != "system:authenticated" {
+		t.Errorf("impersonatedUser %+v, want bob as kube-apiserver builds him", imp)
+	}
+	if evs[2].User.Username != "" || evs[2].ResponseStatus.Code != http.StatusUnauthorized {
+		t.Errorf("a refused token's event: user %+v, code %d", evs[2].User, evs[2].ResponseStatus.Code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reviews) != 1 || reviews[0].Get("Impersonate-User") != "" || reviews[0].Get("Authorization") != "Bearer caller-token" {
+		t.Fatalf("reviews sent: %v; want one, with the caller's token alone", reviews)
 	}
 }

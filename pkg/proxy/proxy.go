@@ -140,6 +140,8 @@ type Proxy struct {
 	// streamEndWait is Options.StreamEndWait, defaulted.
 	streams       openStreams
 	streamEndWait time.Duration
+	// reviews learns passthrough callers for the audit (nil otherwise).
+	reviews *callerReviews
 }
 
 // New builds a Proxy from opts.
@@ -193,6 +195,9 @@ func New(opts Options) (*Proxy, error) {
 		inflight:      inflight.New(),
 		headerTimeout: opts.UpstreamHeaderTimeout,
 		streamEndWait: opts.StreamEndWait,
+	}
+	if p.auditor != nil && p.authMode == AuthPassthrough {
+		p.reviews = newCallerReviews(p.upstream.For(false, false), strings.TrimSuffix(p.upstream.Base.String(), "/"))
 	}
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:   p.rewriteRequest,
@@ -265,6 +270,9 @@ type requestState struct {
 	// is forwarded; followed, the upgraded stream once it is followed.
 	recording *recording.Session
 	followed  *streamfollow.Stream
+	// attribution is who the caller is, for the audit events (nil
+	// without Auditor).
+	attribution *identity.Attribution
 }
 
 type stateKey struct{}
@@ -285,7 +293,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	state.phases = upstream.NewPhases(klog.FromContext(r.Context()), state.upgrade)
 	if p.auditor != nil {
-		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided)
+		state.attribution = identity.NewAttribution()
+		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided, state.attribution)
 	}
 	var hooks metrics.ResponseHooks
 	if state.audit != nil {
@@ -321,6 +330,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(p.inflight.Context(), cancel)
 	defer stop()
 	ctx = context.WithValue(ctx, stateKey{}, state)
+	ctx = identity.WithAttribution(ctx, state.attribution)
 
 	p.router.ServeHTTP(rw, r.WithContext(ctx))
 }
@@ -486,6 +496,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s %s/%s: %w", resource, namespace, name, err))
 		return false
 	}
+	p.credentialAccepted(r, res.StatusCode)
 	if res.StatusCode == http.StatusOK {
 		p.admissions.Remember(key)
 		return true
@@ -656,6 +667,9 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		res.Header.Set("Connection", "close")
 	}
 	if state := stateFrom(res.Request.Context()); state != nil {
+		if !state.gatewayIdentity {
+			p.credentialAccepted(res.Request, res.StatusCode)
+		}
 		if err := upstream.ReportMemberUnreachable(res, state.cluster, podSubresourceRoute(state.route)); err != nil {
 			return err
 		}

@@ -63,7 +63,11 @@ func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamId
 		return nil, err
 	}
 	req.Header = checkHeader(r, as, accept)
-	return upstream.RoundTripWithin(p.upstream.For(as.gateway, false), req, p.headerTimeout, upstream.NameOf(pathAndQuery))
+	res, err := upstream.RoundTripWithin(p.upstream.For(as.gateway, false), req, p.headerTimeout, upstream.NameOf(pathAndQuery))
+	if err == nil && !as.gateway {
+		p.credentialAccepted(r, res.StatusCode)
+	}
+	return res, err
 }
 
 // checkHeader: r's headers as a GET on its behalf sends them as as.

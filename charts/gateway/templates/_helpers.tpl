@@ -133,7 +133,10 @@ be granted to every ServiceAccount in karmada-apiserver.
 
 {{- define "gateway.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
-{{- add (int .Values.shutdownGracePeriodSeconds) 15 -}}
+{{- /* After the grace period: up to 3 s for the streams the gateway ended to
+write their records, 2 s for audit events waiting for their caller, 10 s
+(--audit-drain-timeout) for the audit sinks to drain, and a margin. */ -}}
+{{- add (int .Values.shutdownGracePeriodSeconds) 20 -}}
 {{- else -}}
 {{- int .Values.terminationGracePeriodSeconds -}}
 {{- end -}}

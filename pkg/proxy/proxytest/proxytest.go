@@ -89,11 +89,17 @@ type Authorizer struct {
 	authed     int
 }
 
-// AuthorizeResource implements proxy.Authorizer.
-func (f *Authorizer) AuthorizeResource(_ context.Context, r *http.Request, rr identity.ResourceRequest) (identity.Caller, error) {
+// AuthorizeResource implements proxy.Authorizer. Unless AuthErr is set,
+// the caller authenticated as Caller, which it records for the audit as
+// pkg/auth does, also when it then refuses.
+func (f *Authorizer) AuthorizeResource(ctx context.Context, r *http.Request, rr identity.ResourceRequest) (identity.Caller, error) {
 	f.mu.Lock()
 	f.authorized = append(f.authorized, rr)
 	f.mu.Unlock()
+	if f.AuthErr != nil {
+		return identity.Caller{}, f.AuthErr
+	}
+	identity.AttributionFrom(ctx).Set(f.Caller)
 	if f.Deny != nil {
 		return identity.Caller{}, f.Deny
 	}
@@ -211,13 +217,40 @@ func IsAdmissionCheck(r *http.Request) bool {
 // TestPassthroughAdmissionCheck's subject.
 func Admitting(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if IsAdmissionCheck(r) {
+		switch {
+		case IsAdmissionCheck(r):
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{}}`)
-			return
+		case IsSelfSubjectReview(r):
+			AnswerSelfSubjectReview(w, r)
+		default:
+			next.ServeHTTP(w, r)
 		}
-		next.ServeHTTP(w, r)
 	})
+}
+
+// ReviewedUser is whom AnswerSelfSubjectReview says every bearer token
+// authenticates as.
+const ReviewedUser = "alice"
+
+// IsSelfSubjectReview reports whether r asks who its credential is.
+func IsSelfSubjectReview(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+}
+
+// AnswerSelfSubjectReview answers as kube-apiserver does: a bearer token
+// is ReviewedUser in group devs (plus system:authenticated); without one,
+// 401.
+func AnswerSelfSubjectReview(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"kind":"SelfSubjectReview","apiVersion":"authentication.k8s.io/v1","metadata":{},"status":{"userInfo":`+
+		`{"username":"`+ReviewedUser+`","uid":"uid-1","groups":["devs","system:authenticated"]}}}`)
 }
 
 // RecordingUpstream answers 200 "ok" and records every request but
