@@ -185,8 +185,10 @@ type Env struct {
 	gwMu       sync.Mutex
 	gateway    *gateway
 	gatewayBin string
-	buildDone  chan struct{} // closed when the build started by Start ends
-	buildErr   error
+	// gatewayWithoutRace is the binary StartExtraGatewayWithoutRace runs.
+	gatewayWithoutRace string
+	buildDone          chan struct{} // closed when the build started by Start ends
+	buildErr           error
 
 	imagesDone chan struct{} // closed when the image build started by Start ends
 	imagesTar  string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -36,7 +37,36 @@ func (e *Env) StartExtraGateway(ctx context.Context, name string, args ...string
 	}
 	bin := e.gatewayBin
 	e.gwMu.Unlock()
+	return e.startExtraGateway(ctx, name, bin, args)
+}
 
+// StartExtraGatewayWithoutRace is StartExtraGateway with a gateway built
+// without the race detector whatever E2E_GATEWAY_RACE says: the image's
+// (E2E_HOST_GATEWAY_BINARY), the environment's own when it has no -race,
+// else one built now. For measurements of memory, which -race multiplies.
+func (e *Env) StartExtraGatewayWithoutRace(ctx context.Context, name string, args ...string) (*ExtraGateway, error) {
+	e.gwMu.Lock()
+	if e.gatewayWithoutRace == "" {
+		switch {
+		case e.opts.Host.GatewayBinary != "":
+			e.gatewayWithoutRace = e.opts.Host.GatewayBinary
+		case !e.opts.Gateway.Race && e.gatewayBin != "":
+			e.gatewayWithoutRace = e.gatewayBin
+		default:
+			bin := filepath.Join(e.workDir, "gateway-without-race")
+			if err := BuildGateway(ctx, e.opts.Gateway.SourceDir, bin); err != nil {
+				e.gwMu.Unlock()
+				return nil, err
+			}
+			e.gatewayWithoutRace = bin
+		}
+	}
+	bin := e.gatewayWithoutRace
+	e.gwMu.Unlock()
+	return e.startExtraGateway(ctx, name, bin, args)
+}
+
+func (e *Env) startExtraGateway(ctx context.Context, name, bin string, args []string) (*ExtraGateway, error) {
 	g := &gateway{extraArgs: slices.Clone(args), metricsScheme: "http"}
 	var err error
 	if g.port, err = freePort(); err != nil {
@@ -85,3 +115,26 @@ func (x *ExtraGateway) PID() int { return x.g.proc.pid() }
 
 // Stop stops the extra gateway (SIGTERM, then SIGKILL after 5s).
 func (x *ExtraGateway) Stop() { x.g.proc.stop(5 * time.Second) }
+
+// Terminate sends SIGTERM, as a rollout does, and waits up to within for
+// the process to exit by itself, then sends SIGKILL, as the kubelet does at
+// the end of a pod's terminationGracePeriodSeconds. It reports whether the
+// process exited by itself, and when.
+func (x *ExtraGateway) Terminate(within time.Duration) (exited bool, took time.Duration) {
+	p := x.g.proc
+	done, pid := p.exited(), p.pid()
+	start := time.Now()
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	select {
+	case <-done:
+		took = time.Since(start)
+		p.stop(0) // marks it stopped; reaps what it left in its group
+		return true, took
+	case <-time.After(within):
+		p.kill()
+		return false, time.Since(start)
+	}
+}
+
+// Kill sends SIGKILL: a crash, an OOM kill.
+func (x *ExtraGateway) Kill() { x.g.proc.kill() }

@@ -24,13 +24,17 @@
 //
 // Each session is capped (MaxSessionBytes: later output is not recorded,
 // the file says so) and so is the directory (MaxTotalBytes): every event
-// reserves its bytes from the directory's count before it is written, so
-// sessions recording at once never take the directory past its cap by
-// more than a marker each. When a recording cannot be made, FailClosed
-// refuses the session before it starts, and ends it with a Status on its
-// error channel when a write fails midway (each event is written as it
-// comes, so a failure is seen while the session runs); otherwise the
-// session goes on unrecorded and the failure is counted.
+// reserves its bytes from the directory's count before it is buffered, and
+// the marker a session may end with is reserved at its start, so sessions
+// recording at once never take the directory past its cap.
+//
+// Events are written at least every flushDelay, so a gateway killed
+// outright loses at most the last second of a session. When a recording
+// cannot be made, FailClosed refuses the session before it starts, and
+// ends it with a Status on its error channel when a write fails midway
+// (each event is then written as it comes, so a failure is seen while the
+// session runs); otherwise the session goes on unrecorded, the failure is
+// counted and its audit event says why.
 package recording
 
 import (
@@ -99,8 +103,13 @@ type Options struct {
 const dirRemeasureInterval = time.Second
 
 // flushAt is how much a recording that does not fail closed buffers before
-// it writes; one that fails closed writes every event as it comes.
-const flushAt = 32 << 10
+// it writes, and flushDelay how long at most; one that fails closed writes
+// every event as it comes. A gateway killed outright loses at most the
+// last flushDelay of a session's output.
+const (
+	flushAt    = 32 << 10
+	flushDelay = time.Second
+)
 
 // markerReserve is what a session reserves at its start for the marker it
 // may end with; a marker's text is bounded to fit.
@@ -237,6 +246,7 @@ type Session struct {
 	// terminate ends the stream (Attach), for a write that fails closed.
 	terminate func(streamfollow.End, metav1.Status)
 	buf       []byte // events not yet written
+	flushing  *time.Timer
 	line      []byte // the event being encoded, reused
 	carry     [3][]byte
 	written   int64 // bytes of events taken, header included
@@ -518,7 +528,20 @@ func (s *Session) event(code string, data []byte) {
 func (s *Session) take(b []byte) {
 	s.buf = append(s.buf, b...)
 	s.written += int64(len(b))
-	if s.r.opts.FailClosed || len(s.buf) >= flushAt {
+	switch {
+	case s.r.opts.FailClosed || len(s.buf) >= flushAt:
+		s.flush()
+	case s.flushing == nil:
+		s.flushing = time.AfterFunc(flushDelay, s.timedFlush)
+	}
+}
+
+// timedFlush writes what waited flushDelay in the buffer.
+func (s *Session) timedFlush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushing = nil
+	if !s.closed {
 		s.flush()
 	}
 }
@@ -550,6 +573,10 @@ func (s *Session) marker(text string) {
 // count; a line written in part is cut off again, so the file stays
 // readable as far as it got.
 func (s *Session) flush() {
+	if s.flushing != nil {
+		s.flushing.Stop()
+		s.flushing = nil
+	}
 	if len(s.buf) == 0 || s.failed {
 		return
 	}

@@ -541,3 +541,32 @@ func checkAppendJSONString(t *testing.T, in []byte) {
 		t.Errorf("%q encoded as %q decodes to %q; encoding/json's %q decodes to %q", in, encoded, got, ref, want)
 	}
 }
+
+// TestEventsReachTheFileWithinASecond: buffered events are written within
+// flushDelay even when no more come, so a gateway killed outright loses at
+// most the last second of a session.
+func TestEventsReachTheFileWithinASecond(t *testing.T) {
+	r := newRecorder(t, Options{Mode: ModeAll})
+	s := startSession(t, r)
+	tmp := filepath.Join(r.opts.Dir, tempName(s.Name()))
+	s.Data(streamfollow.Stdout, []byte("started"))
+	written := time.Now()
+	deadline := written.Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(tmp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte("started")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a buffered event was not written")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if took := time.Since(written); took > flushDelay+time.Second {
+		t.Errorf("a buffered event reached the file after %s", took)
+	}
+	s.end(streamfollow.EndCompleted)
+}
