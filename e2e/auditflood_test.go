@@ -19,20 +19,20 @@ import (
 
 // floodMemoryBound is what the gateway's peak resident memory must stay
 // under while TestAuditMemoryUnderFlood floods it (docs/security.md
-// states it): its audit queues hold at most 32 MiB each, events are cut to
-// 100 KiB, and what is left is the requests in flight and the garbage
-// collector's slack. Before the byte bounds the same flood took it past
-// 4 GB.
-const floodMemoryBound = 320 << 20
+// states it): its webhook queue holds at most 8 MiB here (32 MiB by
+// default), events are cut to 100 KiB, and what is left is the requests in
+// flight and the garbage collector's slack. Before the byte bounds a flood
+// like it took the gateway past 4 GB.
+const floodMemoryBound = 256 << 20
 
-// TestAuditMemoryUnderFlood: anonymous clients send 3,000 requests with a
-// 1,000 KB query to a path the gateway refuses (each refusal is audited)
-// while the audit webhook accepts connections and never answers, with the
-// default audit flags. The gateway (built as the image is, without the
-// race detector) answers every one with its 400 Status, keeps its peak
-// resident memory under floodMemoryBound, counts the events its full
-// webhook queue dropped (each is cut to about 13 KB, so 32 MiB hold some
-// 2,500), and stays ready.
+// TestAuditMemoryUnderFlood: anonymous clients send 1,000 requests with a
+// 1 MiB request line (a 1,000 KB query) to a path the gateway refuses
+// (each refusal is audited) while the audit webhook accepts connections
+// and never answers, its queue bounded at 8 MiB. The gateway (built as the
+// image is, without the race detector) answers every one with its 400
+// Status, keeps its peak resident memory under floodMemoryBound, counts
+// the events its full webhook queue dropped (each is cut to about 13 KB,
+// so 8 MiB hold some 600), and stays ready.
 func TestAuditMemoryUnderFlood(t *testing.T) {
 	dumpLogsOnFailure(t)
 	dir := t.TempDir()
@@ -52,14 +52,15 @@ func TestAuditMemoryUnderFlood(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	gw, err := testEnv.StartExtraGatewayWithoutRace(ctx, "gateway-audit-flood", "--audit-webhook-config-file="+webhookConfig)
+	gw, err := testEnv.StartExtraGatewayWithoutRace(ctx, "gateway-audit-flood", "--audit-webhook-config-file="+webhookConfig,
+		"--audit-webhook-batch-buffer-max-bytes=8388608")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Stop)
 	before := peakRSS(t, gw.PID())
 
-	const requests, clients = 3000, 16
+	const requests, clients = 1000, 16
 	target := gw.URL() + "/api/v1/namespaces/e2e/pods/x/%65xec?q=" + strings.Repeat("a", 1000<<10)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, MaxIdleConnsPerHost: clients}} //nolint:gosec // the gateway's own certificate, on loopback
 	var sent, refused atomic.Int64

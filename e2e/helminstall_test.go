@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -38,6 +39,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/monitoring"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording/recordingtest"
 )
 
 // readmeShell runs README commands as a user types them: with bash, in a
@@ -503,7 +505,8 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 	}
 
 	t.Run("passthrough", func(t *testing.T) {
-		installed(t, r.install)
+		records := recordsOnHost(t)
+		installed(t, r.install+" "+records.values)
 		federatedPod(t, e, "helm-passthrough")
 		port := portForwardService(t, e, r.namespace, r.release)
 		execOnly := gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly)
@@ -520,7 +523,7 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 			t.Errorf("%s, without clusters/proxy, exec'd through a passthrough gateway", env.UserExecKarmadaOnly)
 		}
 		t.Run("leader killed", func(t *testing.T) { assertLeaderFailover(t, e, host, r.namespace, r.release) })
-		t.Run("upgrade", func(t *testing.T) { assertRollingUpgrade(t, e, sh, host, r, "helm-passthrough") })
+		t.Run("upgrade", func(t *testing.T) { assertRollingUpgrade(t, e, sh, host, r, "helm-passthrough", records) })
 
 		// Passthrough traffic for the dashboard: an exec, and member events
 		// the caller may not read.
@@ -709,13 +712,51 @@ func (w *readyWatch) lowest() int {
 	return w.min
 }
 
-// assertRollingUpgrade runs README's helm upgrade (a changed value) with an
-// exec session open through the gateway, and watches the rollout: never
-// fewer than one Ready replica (the PDB's minAvailable; the Deployment
-// surges before it removes one), both pods replaced, and the session,
-// released only once every old pod got its SIGTERM, ends with its own exit
-// status: the old pod drained it instead of cutting it.
-func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubernetes.Interface, r readmeInstall, pod string) {
+// hostRecords are where an installed gateway writes its audit logs and
+// session recordings: host paths (the host cluster's node is this
+// machine), which outlive the pods a rollout replaces, as a PVC would.
+type hostRecords struct {
+	audit, recordings string
+	// values are the helm flags that turn them on, every session recorded,
+	// with a grace period short enough to wait out.
+	values string
+}
+
+// recordingGrace is the installed gateway's --shutdown-grace-period
+// (shutdownGracePeriodSeconds) in the Helm test.
+const recordingGrace = 10 * time.Second
+
+func recordsOnHost(t *testing.T) hostRecords {
+	t.Helper()
+	dir := t.TempDir()
+	r := hostRecords{audit: filepath.Join(dir, "audit"), recordings: filepath.Join(dir, "recordings")}
+	for _, d := range []string{r.audit, r.recordings} {
+		// The gateway runs as distroless' nonroot user.
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, 65532, 65532); err != nil {
+			t.Fatal(err)
+		}
+	}
+	volume := func(path string) string {
+		return fmt.Sprintf(`{"hostPath":{"path":%q,"type":"Directory"}}`, path)
+	}
+	r.values = fmt.Sprintf("--set audit.log.enabled=true --set-json '%s' --set recording.mode=all --set-json '%s' --set shutdownGracePeriodSeconds=%d",
+		"audit.log.volume="+volume(r.audit), "recording.volume="+volume(r.recordings), int(recordingGrace.Seconds()))
+	return r
+}
+
+// assertRollingUpgrade runs README's helm upgrade (a changed value) with
+// four recorded exec sessions open through the gateway, and watches the
+// rollout: never fewer than one Ready replica (the PDB's minAvailable; the
+// Deployment surges before it removes one), both pods replaced. Two
+// sessions, released once every old pod got its SIGTERM, end with their
+// own exit status: the old pod drained them instead of cutting them. Two
+// never end: the old pod ends them when its grace period is over, with a
+// Failure saying so. Every session has both audit stages and a recording
+// that plays, in the old pod's own audit log (audit-<pod>.log).
+func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubernetes.Interface, r readmeInstall, pod string, records hostRecords) {
 	ctx := t.Context()
 	before, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
 	if err != nil {
@@ -726,17 +767,22 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 		t.Fatalf("clusters of %s: %v, %v", pod, member, err)
 	}
 	port := portForwardService(t, e, r.namespace, r.release)
-	const release = "/tmp/release-upgrade"
-	session := startEnvKubectl(t, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), nil, "exec", pod, "--", "sh", "-c",
-		"echo session open; while [ ! -e "+release+" ]; do sleep 0.1; done; echo drained; exit 7")
-	if err := session.waitOutput(ctx, "session open", 30*time.Second); err != nil {
-		t.Fatal(err)
+	const sessions, drained = 4, 2
+	release := func(i int) string { return fmt.Sprintf("/tmp/release-upgrade-%d", i) }
+	var open []*kubectlProc
+	for i := range sessions {
+		session := startEnvKubectl(t, e, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly), nil, "exec", pod, "--", "sh", "-c",
+			fmt.Sprintf("echo session open %d; while [ ! -e %s ]; do sleep 0.1; done; echo drained; exit 7", i, release(i)))
+		if err := session.waitOutput(ctx, "session open", 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, session)
 	}
 	ready := watchReady(t, host, r.namespace, r.release)
 
 	sh.mustRun(t, r.upgrade)
 	// Every old pod gets its SIGTERM (deletionTimestamp) or is gone; the
-	// one carrying the session stays, draining it.
+	// one carrying the sessions stays, draining them.
 	old := map[string]bool{before[0].Name: true, before[1].Name: true}
 	var sigterm time.Time
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -755,14 +801,22 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 	if err != nil {
 		t.Fatalf("the old pods %v were not all terminated after %q: %v", before, r.upgrade, err)
 	}
-	if _, err := e.MemberExec(ctx, member[0], env.Namespace, pod, "main", "touch", release); err != nil {
-		t.Fatal(err)
+	for i := range drained {
+		if _, err := e.MemberExec(ctx, member[0], env.Namespace, pod, "main", "touch", release(i)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := session.wait(30 * time.Second); exitCode(err) != 7 || !strings.Contains(session.stdout.String(), "drained") {
-		t.Fatalf("the exec session open across the rollout ended with %v (exit %d), stdout %q, stderr %q; want exit 7 after \"drained\"",
-			err, exitCode(err), session.stdout.String(), session.stderr.String())
+	for i, session := range open {
+		err := session.wait(recordingGrace + 30*time.Second)
+		switch {
+		case i < drained && (exitCode(err) != 7 || !strings.Contains(session.stdout.String(), "drained")):
+			t.Fatalf("exec session %d, released inside the grace period, ended with %v (exit %d), stdout %q, stderr %q; want exit 7 after \"drained\"",
+				i, err, exitCode(err), session.stdout.String(), session.stderr.String())
+		case i >= drained && (err == nil || !strings.Contains(session.stderr.String(), "the gateway ended the stream: it is shutting down")):
+			t.Errorf("exec session %d, open past the grace period, ended with %v, stderr %q; want the gateway's Failure", i, err, session.stderr.String())
+		}
 	}
-	t.Logf("session drained %s after the last old pod's SIGTERM", time.Since(sigterm).Round(100*time.Millisecond))
+	t.Logf("sessions drained or ended %s after the last old pod's SIGTERM", time.Since(sigterm).Round(100*time.Millisecond))
 	after, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -776,6 +830,43 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 		t.Errorf("the rollout left %d Ready gateway pods at one point; the PDB and maxUnavailable 0 keep at least 1", n)
 	}
 	t.Logf("rollout: fewest Ready pods seen %d; now %s, %s", ready.lowest(), after[0].Name, after[1].Name)
+
+	player, err := exec.LookPath("asciinema")
+	if err != nil {
+		t.Fatal("asciinema is not installed: run make tools")
+	}
+	var events []auditv1.Event
+	for name := range old {
+		events = append(events, readAuditLog(t, filepath.Join(records.audit, "audit-"+name+".log"))...)
+	}
+	ends := map[string]int{}
+	for i := range sessions {
+		var started, complete *auditv1.Event
+		for j, ev := range events {
+			if ev.ObjectRef == nil || ev.ObjectRef.Subresource != "exec" || !strings.Contains(ev.Annotations["gateway.karmada.io/command"], release(i)) {
+				continue
+			}
+			switch ev.Stage {
+			case auditv1.StageResponseStarted:
+				started = &events[j]
+			case auditv1.StageResponseComplete:
+				complete = &events[j]
+			}
+		}
+		if started == nil || complete == nil {
+			t.Errorf("session %d: ResponseStarted %v, ResponseComplete %v in the old pods' audit logs; want both", i, started != nil, complete != nil)
+			continue
+		}
+		ends[complete.Annotations["gateway.karmada.io/stream-end"]]++
+		name := complete.Annotations["gateway.karmada.io/recording"]
+		out, err := recordingtest.Cat(player, filepath.Join(records.recordings, name))
+		if name == "" || err != nil || !strings.Contains(string(out), fmt.Sprintf("session open %d", i)) {
+			t.Errorf("session %d: recording %q plays %q, %v", i, name, out, err)
+		}
+	}
+	if ends["completed"] != drained || ends["gateway_shutdown"] != sessions-drained {
+		t.Errorf("the sessions' stream ends %v; want %d completed and %d gateway_shutdown", ends, drained, sessions-drained)
+	}
 }
 
 // installedScrape is Debian's Prometheus scraping the installed gateway's

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // fakeKarmada answers /readyz as told and counts the calls.
@@ -309,5 +310,27 @@ func TestProfilingOnlyWhenAsked(t *testing.T) {
 				t.Errorf("--profiling=%v: GET %s answered %d, want %d", tc.profiling, path, code, tc.want)
 			}
 		}
+	}
+}
+
+// TestReviewClientsHaveTheirOwnLimits: the clients authorize mode reviews
+// known callers and new credentials with, and readiness probes with, each
+// have a rate limiter of their own, as run builds them: a flood that
+// spends one budget leaves the others whole.
+func TestReviewClientsHaveTheirOwnLimits(t *testing.T) {
+	c, err := newReviewClients(&rest.Config{Host: "https://karmada.test", QPS: 1, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limiters := map[flowcontrol.RateLimiter]bool{}
+	for _, client := range []kubernetes.Interface{c.knownCallers, c.newCredentials, c.readiness} {
+		l := client.Discovery().RESTClient().GetRateLimiter()
+		if l == nil {
+			t.Fatal("a review client has no rate limiter")
+		}
+		limiters[l] = true
+	}
+	if len(limiters) != 3 {
+		t.Fatalf("%d rate limiters for three clients", len(limiters))
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -71,9 +72,9 @@ func run(ctx context.Context, o *options) error {
 	// default 5 QPS so a burst of new CI pods is labelled without queueing.
 	clientCfg := rest.CopyConfig(cfg)
 	clientCfg.QPS, clientCfg.Burst = float32(o.clientQPS), o.clientBurst
-	kube, err := kubernetes.NewForConfig(clientCfg)
+	clients, err := newReviewClients(clientCfg)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return err
 	}
 	md, err := metadata.NewForConfig(clientCfg)
 	if err != nil {
@@ -151,7 +152,7 @@ func run(ctx context.Context, o *options) error {
 	popts := proxy.Options{
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
 		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
-		UpstreamHeaderTimeout: o.upstreamHeaderTimeout,
+		UpstreamHeaderTimeout: o.upstreamHeaderTimeout, ForwardedFor: proxy.ForwardedFor(o.forwardedFor),
 	}
 	if o.admissionCacheTTL > 0 && popts.AuthMode == proxy.AuthPassthrough {
 		popts.Admissions = admission.NewCache(o.admissionCacheTTL)
@@ -165,7 +166,13 @@ func run(ctx context.Context, o *options) error {
 		popts.ServiceResolver = res
 	}
 	if popts.AuthMode == proxy.AuthAuthorize {
-		aopts := auth.Options{Client: kube, CacheTTL: o.authCacheTTL, Metrics: m, Timeout: o.authTimeout}
+		// Reviews have budgets of their own (client-go limits each client
+		// apart): the informers and the labeler never wait for them, and
+		// a flood of unknown tokens spends only the new credentials' one.
+		aopts := auth.Options{
+			Client: clients.knownCallers, NewCredentialClient: clients.newCredentials, FailedPerSource: rate.Limit(o.authFailedPerSource),
+			CacheTTL: o.authCacheTTL, Metrics: m, Timeout: o.authTimeout,
+		}
 		if clientCA != nil {
 			aopts.ClientCAPool = clientCA.Pool
 		}
@@ -191,7 +198,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	health := newHealth(informers.HasSynced, newUpstreamCheck(kube.Discovery().RESTClient()))
+	health := newHealth(informers.HasSynced, newUpstreamCheck(clients.readiness.Discovery().RESTClient()))
 	metricsSrv := serving.NewServer(serving.ServerOptions{
 		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), o.profiling),
 		ReadHeaderTimeout: o.readHeaderTimeout,
@@ -261,6 +268,28 @@ func newProxyServer(o *options, handler http.Handler, tlsConfig *tls.Config) *ht
 		TLSConfig:         tlsConfig,
 		ErrorLog:          klogStdLogger(),
 	})
+}
+
+// reviewClients are the clients whose requests stand before a caller's or
+// a probe's answer, each with a rate limit of its own (client-go keeps one
+// per clientset), so none waits behind another's load: authorize mode's
+// reviews of callers known good and its SubjectAccessReviews, its
+// TokenReviews of credentials seen for the first time (what a flood of
+// random tokens costs), and readiness.
+type reviewClients struct {
+	knownCallers, newCredentials, readiness kubernetes.Interface
+}
+
+func newReviewClients(cfg *rest.Config) (*reviewClients, error) {
+	var c reviewClients
+	for _, client := range []*kubernetes.Interface{&c.knownCallers, &c.newCredentials, &c.readiness} {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		*client = cs
+	}
+	return &c, nil
 }
 
 func upstreamConfig(kubeconfig string) (*rest.Config, error) {

@@ -19,6 +19,8 @@ type options struct {
 	insecureHTTP        bool
 	metricsAddr         string
 	authMode            string
+	forwardedFor        string
+	authFailedPerSource float64
 	clientCAFile        string
 	authCacheTTL        time.Duration
 	enableLabeler       bool
@@ -66,6 +68,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.authMode, "auth-mode", string(proxy.AuthPassthrough), "passthrough: callers' credentials go upstream unchanged; authorize: the gateway authenticates and authorizes callers and calls the cluster proxy as itself")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates (authorize mode)")
 	fs.DurationVar(&o.authCacheTTL, "auth-cache-ttl", 10*time.Second, "how long authorize-mode authentication and authorization results are cached")
+	fs.Float64Var(&o.authFailedPerSource, "auth-failed-per-source", float64(auth.DefaultFailedPerSource), "authorize mode: failed authentications a second a client address may cause (twice that at once); past it, its tokens not known good get 429 without a TokenReview (a token that authenticated within the hour always gets one); negative is unlimited")
 	fs.BoolVar(&o.enableLabeler, "enable-labeler", true, "run the controller that labels pod templates with cluster.karmada.io/name")
 	fs.IntVar(&o.labelerWorkers, "labeler-workers", 4, "concurrent label patches")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run the labeler only while holding a Lease, so several replicas are safe")
@@ -80,6 +83,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", serving.DefaultIdleTimeout, "close a keep-alive connection (an HTTP/2 connection: one with no open stream) after this long without a request, on the proxy and metrics ports; never applies to open exec/attach/port-forward streams, watches or log -f (0 = never)")
 	fs.DurationVar(&o.certReloadInterval, "certificate-reload-interval", serving.DefaultReloadInterval, "how often --tls-cert-file, --tls-key-file and --client-ca-file are read again; changed files are used from the next connection (client CA: request) on, and files that do not load leave the previous ones in use")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 1<<20, "largest request header block accepted")
+	fs.StringVar(&o.forwardedFor, "forwarded-for", string(proxy.ForwardedForAppend), "what becomes of a client's X-Forwarded-For, which karmada-apiserver's audit log and the gateway's take as the request's source IPs: append (keep it and append the peer's address, behind a load balancer or ingress that sets it) or replace (send the peer's address alone, where the gateway is the first hop and anything a client sends is a claim)")
 	// One label patch per new pod, and in authorize mode up to two reviews
 	// per uncached decision: 200 keeps up with 100 new CI pods a second.
 	fs.Float64Var(&o.clientQPS, "kube-api-qps", 200, "QPS of the gateway's own clients (caches, label patches, reviews)")
@@ -111,6 +115,9 @@ func (o *options) validate() error {
 	case proxy.AuthPassthrough, proxy.AuthAuthorize:
 	default:
 		return fmt.Errorf("--auth-mode must be %q or %q, not %q", proxy.AuthPassthrough, proxy.AuthAuthorize, o.authMode)
+	}
+	if _, err := proxy.ParseForwardedFor(o.forwardedFor); err != nil {
+		return fmt.Errorf("--forwarded-for: %w", err)
 	}
 	if !o.insecureHTTP && (o.tlsCertFile == "" || o.tlsKeyFile == "") {
 		return fmt.Errorf("--tls-cert-file and --tls-key-file are required (or --insecure-serve-http to serve plain HTTP)")

@@ -1063,3 +1063,19 @@ func TestDocumentedPropagationPolicies(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditLogPerPod: each replica writes its own audit log file, named
+// after its pod, so replicas sharing a volume (a ReadWriteMany claim) never
+// append to and rotate one file together; the name comes from the
+// downward API, which the kubelet expands in the argument.
+func TestAuditLogPerPod(t *testing.T) {
+	d := deployment(t, render(t, "audit:\n  log:\n    enabled: true\n"))
+	c := d.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--audit-log-path=/var/log/gateway-audit/audit-$(POD_NAME).log") {
+		t.Errorf("args %v do not name a log per pod", c.Args)
+	}
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" })
+	if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil || c.Env[i].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("env %+v: want POD_NAME from metadata.name, declared before the args use it", c.Env)
+	}
+}

@@ -203,6 +203,22 @@ func TestFileSinkDropsWhenFull(t *testing.T) {
 	}
 }
 
+// TestFileSinkNarrowsAnExistingLog: a log that existed readable by others
+// (0644) is 0600 from the moment the sink opens it, not from its next
+// rotation.
+func TestFileSinkNarrowsAnExistingLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.log")
+	if err := os.WriteFile(path, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewFileSink(FileOptions{Path: path, MaxSize: 1 << 20, Buffer: 1, BufferBytes: 1 << 20}, NewMetrics(prometheus.NewRegistry())); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the existing log is %v (%v), want 0600", st.Mode().Perm(), err)
+	}
+}
+
 func TestFileSinkRefusesUnwritablePath(t *testing.T) {
 	_, err := NewFileSink(FileOptions{Path: filepath.Join(t.TempDir(), "missing", "a.log"), MaxSize: 1, Buffer: 1, BufferBytes: 64 << 20}, NewMetrics(prometheus.NewRegistry()))
 	if err == nil {

@@ -122,6 +122,9 @@ type Request struct {
 	// Impersonated is the identity the request's Impersonate-* headers ask
 	// for, as kube-apiserver builds it; nil: read from the headers as sent.
 	Impersonated *identity.Caller
+	// SourceIPs are the addresses the gateway sent upstream in
+	// X-Forwarded-For; nil: X-Forwarded-For as sent, then the peer.
+	SourceIPs []string
 	// Decision is authorize mode's: "allow" or "forbid" ("" when
 	// karmada-apiserver decided: passthrough), Reason why.
 	Decision, Reason string
@@ -160,10 +163,13 @@ func newEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 		AuditID: id, Stage: stage,
 		RequestURI:               r.URL.RequestURI(),
 		UserAgent:                r.UserAgent(),
-		SourceIPs:                sourceIPs(r),
+		SourceIPs:                req.SourceIPs,
 		RequestReceivedTimestamp: metav1.NewMicroTime(req.Received),
 		StageTimestamp:           metav1.NewMicroTime(now),
 		Annotations:              map[string]string{AnnotationRoute: req.Route, AnnotationAuthMode: req.AuthMode},
+	}
+	if ev.SourceIPs == nil {
+		ev.SourceIPs = sourceIPs(r)
 	}
 	ev.ObjectRef, ev.Verb = objectRef(r)
 	if ev.ObjectRef != nil && ev.ObjectRef.Resource == "pods" {

@@ -125,6 +125,15 @@ func (s *FileSink) open() error {
 		_ = f.Close()
 		return fmt.Errorf("audit log: %w", err)
 	}
+	// A log that existed keeps its mode through OpenFile: one an operator
+	// or an older gateway made readable by others is narrowed now, not at
+	// its next rotation.
+	if st.Mode().Perm() != 0o600 {
+		if err := f.Chmod(0o600); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("audit log: %w", err)
+		}
+	}
 	s.f, s.size = f, st.Size()
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +37,18 @@ const (
 	// stands before a client's request, which must not hang on a hung
 	// karmada-apiserver.
 	DefaultTimeout = 10 * time.Second
+	// DefaultFailedPerSource is Options.FailedPerSource's default: a
+	// source may fail ten authentications a second (twice that at once).
+	DefaultFailedPerSource rate.Limit = 10
+	// KnownCredentialTTL is how long a credential that authenticated
+	// counts as known good: its later reviews go by Options.Client and
+	// no source limit applies to it. Only its hash is kept, and it never
+	// stands in for a TokenReview.
+	KnownCredentialTTL = time.Hour
 )
+
+// maxSources bounds the per-source failure limiters kept.
+const maxSources = 10000
 
 // maxCachedEntryBytes keeps one cache entry small: identities and denial
 // messages carry client-chosen strings (impersonated names), and the entry
@@ -49,6 +61,7 @@ const (
 	resultDenied          = "denied"
 	resultUnauthenticated = "unauthenticated"
 	resultError           = "error"
+	resultThrottled       = "throttled"
 )
 
 // Options configures an Authorizer.
@@ -76,6 +89,18 @@ type Options struct {
 	// Timeout bounds each TokenReview and SubjectAccessReview; past it the
 	// client gets a 504 Status. Zero means DefaultTimeout.
 	Timeout time.Duration
+	// NewCredentialClient, when set, sends the TokenReviews of credentials
+	// not seen authenticated within KnownCredentialTTL, so that a flood of
+	// random tokens spends its own rate limit (client-go's, per client),
+	// not that of Client, which reviews the credentials known good and
+	// sends every SubjectAccessReview: a legitimate caller's cache miss
+	// never queues behind a flood. Nil uses Client.
+	NewCredentialClient kubernetes.Interface
+	// FailedPerSource bounds, per source address (the connection's peer),
+	// the credentials that fail to authenticate: past it, a request from
+	// that source with a credential not known good is answered 429 without
+	// a TokenReview. Zero means DefaultFailedPerSource, negative none.
+	FailedPerSource rate.Limit
 	// Now replaces time.Now, for tests.
 	Now func() time.Time
 }
@@ -98,6 +123,13 @@ type Authorizer struct {
 	// missed, when set (tests), is called on every cache miss before the
 	// miss joins or starts a flight.
 	missed func(key string)
+	// newCredentials reviews credentials not known good; known holds the
+	// hashes of those that authenticated; failures the per-source
+	// limiters of failed authentications.
+	newCredentials  kubernetes.Interface
+	known           *cache.LRUExpireCache
+	failures        *cache.LRUExpireCache
+	failedPerSource rate.Limit
 }
 
 type clockFunc func() time.Time
@@ -139,6 +171,16 @@ func New(opts Options) (*Authorizer, error) {
 		size = DefaultMaxCacheEntries
 	}
 	a.cache = cache.NewLRUExpireCacheWithClock(size, clockFunc(a.now))
+	a.known = cache.NewLRUExpireCacheWithClock(size, clockFunc(a.now))
+	a.failures = cache.NewLRUExpireCacheWithClock(maxSources, clockFunc(a.now))
+	a.newCredentials = opts.NewCredentialClient
+	if a.newCredentials == nil {
+		a.newCredentials = a.client
+	}
+	a.failedPerSource = opts.FailedPerSource
+	if a.failedPerSource == 0 {
+		a.failedPerSource = DefaultFailedPerSource
+	}
 	return a, nil
 }
 
@@ -465,6 +507,8 @@ func resultOf(err error) string {
 		return resultAllowed
 	case apierrors.IsUnauthorized(err):
 		return resultUnauthenticated
+	case apierrors.IsTooManyRequests(err):
+		return resultThrottled
 	case apierrors.IsForbidden(err), apierrors.IsBadRequest(err):
 		return resultDenied
 	default:

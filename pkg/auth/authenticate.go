@@ -6,11 +6,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	asn1util "k8s.io/apimachinery/pkg/apis/asn1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -30,6 +34,9 @@ type credential struct {
 	token string
 	// cert is the identity of a verified client certificate.
 	cert *identity.Caller
+	// source is the connection's peer address, which failed
+	// authentications are limited per.
+	source string
 }
 
 // credentialOf picks the bearer token (from Authorization, else from a
@@ -48,7 +55,11 @@ func (a *Authorizer) credentialOf(r *http.Request) (credential, error) {
 	}
 	if ok {
 		sum := sha256.Sum256([]byte(token))
-		return credential{key: "token:" + hex.EncodeToString(sum[:]), token: token}, nil
+		source, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			source = r.RemoteAddr
+		}
+		return credential{key: "token:" + hex.EncodeToString(sum[:]), token: token, source: source}, nil
 	}
 	if a.clientCAs != nil && identity.HasClientCertificate(r) {
 		caller, fingerprint, err := a.verifyClientCert(r.TLS)
@@ -135,11 +146,22 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 	}
 	key := cacheKey("token", cred.key)
 	d, err := a.cached(ctx, key, tr, func(ctx context.Context, tr *trace) (decision, error) {
+		// A credential not known good is reviewed on its own budget, and
+		// only while its source has not failed too often.
+		client, rejected := a.client, false
+		if _, known := a.known.Get(cred.key); !known {
+			done, ok := a.sourceMayTry(cred.source)
+			if !ok {
+				return decision{}, throttled()
+			}
+			defer func() { done(rejected) }()
+			client = a.newCredentials
+		}
 		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: cred.token}}
 		tr.calledAPI = true
 		var res *authenticationv1.TokenReview
 		err := a.call(ctx, "TokenReview", "authentication unavailable", cred.token, func(ctx context.Context) (err error) {
-			res, err = a.client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
+			res, err = client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
 			return err
 		})
 		if err != nil {
@@ -151,10 +173,12 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 			// Status.Error is the authenticators' own text; kube-apiserver does
 			// not show it to clients either.
 			klog.FromContext(ctx).V(2).Info("Token rejected", "reason", strings.ReplaceAll(res.Status.Error, cred.token, "[redacted]"))
+			rejected = true
 			err := unauthorized()
 			a.cache.Add(key, decision{err: err}, a.negativeTTL)
 			return decision{err: err}, nil
 		}
+		a.known.Add(cred.key, struct{}{}, KnownCredentialTTL)
 		u := res.Status.User
 		caller := identity.Caller{
 			Name:   u.Username,
@@ -174,4 +198,43 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 		return identity.Caller{}, err
 	}
 	return d.caller, d.err
+}
+
+// sourceLimiter is the failed authentications one source may still have.
+func (a *Authorizer) sourceLimiter(source string) *rate.Limiter {
+	if v, ok := a.failures.Get(source); ok {
+		return v.(*rate.Limiter)
+	}
+	l := rate.NewLimiter(a.failedPerSource, 2*int(max(a.failedPerSource, 1)))
+	a.failures.Add(source, l, time.Minute)
+	return l
+}
+
+// sourceMayTry reports whether source may have a credential not known
+// good reviewed. It takes one of the source's failures before the review,
+// so that concurrent requests cannot all pass on the last one; done, once
+// the review ended, keeps it taken if the credential was rejected and
+// gives it back otherwise: a source bringing new good credentials is never
+// held back.
+func (a *Authorizer) sourceMayTry(source string) (done func(rejected bool), ok bool) {
+	if a.failedPerSource < 0 {
+		return func(bool) {}, true
+	}
+	now := a.now()
+	r := a.sourceLimiter(source).ReserveN(now, 1)
+	if !r.OK() || r.DelayFrom(now) > 0 {
+		r.CancelAt(now)
+		return nil, false
+	}
+	return func(rejected bool) {
+		if !rejected {
+			r.CancelAt(a.now())
+		}
+	}, true
+}
+
+// throttled is the 429 kube-apiserver's max-in-flight filter answers, with
+// a Retry-After of one second.
+func throttled() *apierrors.StatusError {
+	return apierrors.NewTooManyRequests("too many failed authentications from this address; retry later", 1)
 }

@@ -18,6 +18,7 @@ type Auditor = audit.Recorder
 func (s *requestState) decided(req *audit.Request) {
 	req.Route, req.Cluster = s.route, s.cluster
 	req.Impersonated = identity.Impersonated(req.HTTP.Header)
+	req.SourceIPs = s.sourceIPs
 	req.TemplateUID, req.MemberUID = s.placement.TemplateUID, s.placement.MemberUID
 	switch {
 	case s.authorized != nil:

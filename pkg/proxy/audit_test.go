@@ -247,3 +247,61 @@ func TestPassthroughEventsNameTheCaller(t *testing.T) {
 		t.Fatalf("reviews sent: %v; want one, with the caller's token alone", reviews)
 	}
 }
+
+// TestForwardedFor: what a client says of its origin in X-Forwarded-For
+// is kept and the peer's address appended (append, as httputil's
+// SetXForwarded), or replaced by the peer's address alone (replace), the
+// same on the request the gateway forwards, on its own admission check
+// sent on the client's behalf, and in its audit event's sourceIPs;
+// Forwarded and X-Forwarded-Host/Proto go as sent or not at all.
+func TestForwardedFor(t *testing.T) {
+	for _, tc := range []struct {
+		mode   ForwardedFor
+		header http.Header
+		want   string
+	}{
+		{ForwardedForAppend, http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Forwarded-Proto": {"https"}}, "203.0.113.9, 192.0.2.1"},
+		{ForwardedForAppend, http.Header{}, "192.0.2.1"},
+		{ForwardedForAppend, http.Header{"X-Forwarded-For": {"203.0.113.9"}, "Connection": {"X-Forwarded-For"}}, "192.0.2.1"},
+		{ForwardedForReplace, http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}, "X-Forwarded-Proto": {"https"}}, "192.0.2.1"},
+	} {
+		t.Run(string(tc.mode)+"/"+tc.header.Get("X-Forwarded-For"), func(t *testing.T) {
+			var mu sync.Mutex
+			seen := map[string]http.Header{}
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				switch {
+				case proxytest.IsAdmissionCheck(r):
+					seen["check"] = r.Header.Clone()
+				case !proxytest.IsSelfSubjectReview(r):
+					seen["forward"] = r.Header.Clone()
+				}
+				mu.Unlock()
+				(&proxytest.RecordingUpstream{}).ServeHTTP(w, r)
+			}))
+			t.Cleanup(up.Close)
+			auditor, sink := newCapturingAuditor()
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: up.URL}, Auditor: auditor, ForwardedFor: tc.mode})
+			h := tc.header.Clone()
+			h.Set("Authorization", "Bearer caller-token")
+			req := proxytest.RawRequest(t, http.MethodGet, "/api/v1/namespaces/ci/pods/job-42/log", h, "")
+			req.RemoteAddr = "192.0.2.1:4444"
+			p.ServeHTTP(httptest.NewRecorder(), req)
+			ev := sink.waitEvents(t, 1)[0]
+			mu.Lock()
+			defer mu.Unlock()
+			for _, which := range []string{"check", "forward"} {
+				got := seen[which]
+				if got.Get("X-Forwarded-For") != tc.want {
+					t.Errorf("%s: X-Forwarded-For %q, want %q", which, got.Get("X-Forwarded-For"), tc.want)
+				}
+				if proto := got.Get("X-Forwarded-Proto"); (tc.mode == ForwardedForReplace) != (proto == "") && tc.header.Get("X-Forwarded-Proto") != "" {
+					t.Errorf("%s: X-Forwarded-Proto %q in %s mode", which, proto, tc.mode)
+				}
+			}
+			if got := strings.Join(ev.SourceIPs, ", "); got != tc.want {
+				t.Errorf("audit sourceIPs %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

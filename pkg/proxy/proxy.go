@@ -103,6 +103,9 @@ type Options struct {
 	UpstreamHeaderTimeout time.Duration
 	// Admissions reuses passthrough admission checks' 200s; nil: none.
 	Admissions *admission.Cache
+	// ForwardedFor says what becomes of a client's X-Forwarded-For;
+	// "" is ForwardedForAppend.
+	ForwardedFor ForwardedFor
 	// StreamEndWait bounds how long Shutdown, once its context ended and
 	// it ended the requests still open, waits for them to write their
 	// audit events and recordings; 0 is DefaultStreamEndWait.
@@ -142,6 +145,8 @@ type Proxy struct {
 	streamEndWait time.Duration
 	// reviews learns passthrough callers for the audit (nil otherwise).
 	reviews *callerReviews
+	// forwardedFor is Options.ForwardedFor, defaulted.
+	forwardedFor ForwardedFor
 }
 
 // New builds a Proxy from opts.
@@ -179,6 +184,12 @@ func New(opts Options) (*Proxy, error) {
 	if opts.StreamEndWait <= 0 {
 		opts.StreamEndWait = DefaultStreamEndWait
 	}
+	if opts.ForwardedFor == "" {
+		opts.ForwardedFor = ForwardedForAppend
+	}
+	if _, err := ParseForwardedFor(string(opts.ForwardedFor)); err != nil {
+		return nil, fmt.Errorf("proxy: forwarded-for: %w", err)
+	}
 	p := &Proxy{
 		upstream:      up,
 		resolver:      opts.Resolver,
@@ -195,6 +206,7 @@ func New(opts Options) (*Proxy, error) {
 		inflight:      inflight.New(),
 		headerTimeout: opts.UpstreamHeaderTimeout,
 		streamEndWait: opts.StreamEndWait,
+		forwardedFor:  opts.ForwardedFor,
 	}
 	if p.auditor != nil && p.authMode == AuthPassthrough {
 		p.reviews = newCallerReviews(p.upstream.For(false, false), strings.TrimSuffix(p.upstream.Base.String(), "/"))
@@ -271,8 +283,9 @@ type requestState struct {
 	recording *recording.Session
 	followed  *streamfollow.Stream
 	// attribution is who the caller is, for the audit events (nil
-	// without Auditor).
+	// without Auditor); sourceIPs where it comes from, as sent upstream.
 	attribution *identity.Attribution
+	sourceIPs   []string
 }
 
 type stateKey struct{}
@@ -293,6 +306,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	state.phases = upstream.NewPhases(klog.FromContext(r.Context()), state.upgrade)
 	if p.auditor != nil {
+		state.sourceIPs = p.sourceIPs(r)
 		state.attribution = identity.NewAttribution()
 		state.audit = audit.NewTrail(p.auditor, r, string(p.authMode), state.decided, state.attribution)
 	}
@@ -594,12 +608,7 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 	out.URL.RawQuery = pr.In.URL.RawQuery
 	out.Host = "" // the Host header becomes the upstream's
 
-	connectionTokens := headerTokens(pr.In.Header["Connection"])
-	for _, key := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
-		if v, ok := pr.In.Header[key]; ok && !containsFold(connectionTokens, key) {
-			out.Header[key] = append([]string(nil), v...)
-		}
-	}
+	p.setForwarded(pr.In, out.Header)
 	if state.editHeader != nil {
 		state.editHeader(out.Header)
 	}

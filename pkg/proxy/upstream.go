@@ -63,6 +63,7 @@ func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamId
 		return nil, err
 	}
 	req.Header = checkHeader(r, as, accept)
+	p.setForwarded(r, req.Header)
 	res, err := upstream.RoundTripWithin(p.upstream.For(as.gateway, false), req, p.headerTimeout, upstream.NameOf(pathAndQuery))
 	if err == nil && !as.gateway {
 		p.credentialAccepted(r, res.StatusCode)

@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// ForwardedFor is what the gateway does with the X-Forwarded-For a client
+// sent, which karmada-apiserver's audit log takes as the request's first
+// source IPs.
+type ForwardedFor string
+
+const (
+	// ForwardedForAppend keeps the client's list and appends the peer's
+	// address, as httputil.ReverseProxy's SetXForwarded does: right for a
+	// gateway behind a load balancer or ingress that sets the header, and
+	// the peer is always in the list, last before the gateway.
+	ForwardedForAppend ForwardedFor = "append"
+	// ForwardedForReplace drops what the client sent and sends the peer's
+	// address alone: right where the gateway is the first hop, so that
+	// whatever a client claims is never recorded.
+	ForwardedForReplace ForwardedFor = "replace"
+)
+
+// forwardedHeaders are the headers through which a client says where it
+// comes from; ForwardedForReplace drops them all.
+var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// ParseForwardedFor reads a --forwarded-for value.
+func ParseForwardedFor(s string) (ForwardedFor, error) {
+	switch f := ForwardedFor(s); f {
+	case ForwardedForAppend, ForwardedForReplace:
+		return f, nil
+	}
+	return "", fmt.Errorf("%q is not append or replace", s)
+}
+
+// sourceIPs are the addresses the gateway sends upstream in
+// X-Forwarded-For for r, and writes in its audit events' sourceIPs: the
+// client's list, unless replaced (or listed in Connection, which asks a
+// proxy to drop it), then the peer.
+func (p *Proxy) sourceIPs(r *http.Request) []string {
+	var ips []string
+	if p.forwardedFor != ForwardedForReplace && !containsFold(headerTokens(r.Header["Connection"]), "X-Forwarded-For") {
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			for _, ip := range strings.Split(v, ",") {
+				if ip = strings.TrimSpace(ip); ip != "" {
+					ips = append(ips, ip)
+				}
+			}
+		}
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		ips = append(ips, host)
+	}
+	return ips
+}
+
+// setForwarded gives h, a request sent on r's behalf, r's forwarded
+// headers as the gateway passes them on.
+func (p *Proxy) setForwarded(r *http.Request, h http.Header) {
+	connectionTokens := headerTokens(r.Header["Connection"])
+	for _, key := range forwardedHeaders {
+		delete(h, key)
+		if v, ok := r.Header[key]; ok && p.forwardedFor != ForwardedForReplace && !containsFold(connectionTokens, key) {
+			h[key] = append([]string(nil), v...)
+		}
+	}
+	if ips := p.sourceIPs(r); len(ips) > 0 {
+		h.Set("X-Forwarded-For", strings.Join(ips, ", "))
+	}
+}
