@@ -169,6 +169,8 @@ const (
 	probeKubectlM2   = "kubectl exec member2"
 	probeLogM1       = "pods/log member1"
 	probeLogM2       = "pods/log member2"
+	probeFollowM1    = "pods/log follow=true member1"
+	probeFollowM2    = "pods/log follow=true member2"
 	probeGetPod      = "get pod (passthrough)"
 	probeListCache   = "list pods resourceVersion=0 (passthrough)"
 	probeBadPath     = "malformed pod path (answered by the gateway)"
@@ -232,6 +234,7 @@ func testHungDependencies(t *testing.T, e *env.Env) {
 				// With the caller's review still cached, the request goes
 				// on to the cluster proxy, which karmada-apiserver serves.
 				probeLogM1: karmadaAPIServer + "|member1", probeLogM2: karmadaAPIServer + "|member2",
+				probeFollowM1: karmadaAPIServer + "|member1", probeFollowM2: karmadaAPIServer + "|member2",
 				probeGetPod: karmadaAPIServer, probeListCache: karmadaAPIServer,
 			},
 			unready: true, load: probeGetPod,
@@ -242,12 +245,16 @@ func testHungDependencies(t *testing.T, e *env.Env) {
 				probeExecM1: viaKarmada("member1"), probeExecM2: viaKarmada("member2"),
 				probeKubectlM1: viaKarmada("member1"), probeKubectlM2: viaKarmada("member2"),
 				probeLogM1: viaKarmada("member1"), probeLogM2: viaKarmada("member2"),
+				probeFollowM1: viaKarmada("member1"), probeFollowM2: viaKarmada("member2"),
 			},
 			load: probeLogM1, placeDuring: true,
 		},
 		{
 			name: "member1 kube-apiserver", proc: env.MemberAPIServer("member1"), authMode: "passthrough",
-			hung: map[string]string{probeExecM1: viaKarmada("member1"), probeKubectlM1: viaKarmada("member1"), probeLogM1: viaKarmada("member1")},
+			hung: map[string]string{
+				probeExecM1: viaKarmada("member1"), probeKubectlM1: viaKarmada("member1"), probeLogM1: viaKarmada("member1"),
+				probeFollowM1: viaKarmada("member1"),
+			},
 			load: probeLogM1, flowing: []string{"member2"}, placeDuring: true,
 		},
 		{
@@ -262,6 +269,7 @@ func testHungDependencies(t *testing.T, e *env.Env) {
 				// kubectl GETs the pod first, which needs storage.
 				probeKubectlM1: karmadaAPIServer, probeKubectlM2: karmadaAPIServer,
 				probeLogM1: viaKarmada("member1"), probeLogM2: viaKarmada("member2"),
+				probeFollowM1: viaKarmada("member1"), probeFollowM2: viaKarmada("member2"),
 				probeGetPod: karmadaAPIServer,
 			},
 			unready: true, load: probeGetPod, flowing: []string{"member1", "member2"},
@@ -607,6 +615,12 @@ func (h *hungHarness) probe(ctx context.Context, name string) hungAnswer {
 	case probeLogM1, probeLogM2:
 		pod := hungPod(map[string]string{probeLogM1: "member1", probeLogM2: "member2"}[name])
 		return h.raw(ctx, http.MethodGet, pods+pod+"/log?container=main&tailLines=1", h.e.Token(env.UserAdmin), nil)
+	case probeFollowM1, probeFollowM2:
+		// A log follow: its headers come at once from the kubelet, so it
+		// has the same deadline as any request. Its body never ends:
+		// raw reads only the head of a 200.
+		pod := hungPod(map[string]string{probeFollowM1: "member1", probeFollowM2: "member2"}[name])
+		return h.raw(ctx, http.MethodGet, pods+pod+"/log?container=main&follow=true&tailLines=1", h.e.Token(env.UserAdmin), nil)
 	case probeGetPod:
 		return h.raw(ctx, http.MethodGet, pods+hungPod("member1"), h.e.Token(env.UserAdmin), nil)
 	case probeListCache:
@@ -649,7 +663,7 @@ func (h *hungHarness) raw(ctx context.Context, method, target, token string, hea
 	if w := written.Load(); w != nil {
 		a.served = time.Since(*w)
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
+	if resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode == http.StatusOK && strings.Contains(target, "follow=true") {
 		return a
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -710,7 +724,7 @@ func expectHung(name, naming string, a hungAnswer) string {
 }
 
 var hungProbes = []string{
-	probeExecM1, probeExecM2, probeKubectlM1, probeKubectlM2, probeLogM1, probeLogM2,
+	probeExecM1, probeExecM2, probeKubectlM1, probeKubectlM2, probeLogM1, probeLogM2, probeFollowM1, probeFollowM2,
 	probeGetPod, probeListCache, probeBadPath, probeHealthz, probeMetrics,
 }
 

@@ -1079,3 +1079,29 @@ func TestAuditLogPerPod(t *testing.T) {
 		t.Errorf("env %+v: want POD_NAME from metadata.name, declared before the args use it", c.Env)
 	}
 }
+
+// TestVolumeTypeReplacesTheDefault: a recording or audit volume of another
+// type, set on install as the values' comments suggest (a
+// persistentVolumeClaim, a hostPath), replaces the default emptyDir, which
+// helm merges it with, rather than making a volume of two types that the
+// API server refuses.
+func TestVolumeTypeReplacesTheDefault(t *testing.T) {
+	d := deployment(t, render(t, "recording:\n  mode: tty\n  volume:\n    persistentVolumeClaim: {claimName: recordings}\n"+
+		"audit:\n  log:\n    enabled: true\n    volume:\n      hostPath: {path: /var/log/gateway, type: Directory}\n"))
+	vols := map[string]corev1.Volume{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	if v := vols["recordings"]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "recordings" || v.EmptyDir != nil {
+		t.Errorf("recordings volume %+v, want the claim alone", v.VolumeSource)
+	}
+	if v := vols["audit-log"]; v.HostPath == nil || v.EmptyDir != nil {
+		t.Errorf("audit-log volume %+v, want the host path alone", v.VolumeSource)
+	}
+	d = deployment(t, render(t, "recording:\n  mode: tty\n"))
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "recordings" && (v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil) {
+			t.Errorf("the default recordings volume is %+v, want the emptyDir with its size limit", v.VolumeSource)
+		}
+	}
+}

@@ -71,15 +71,6 @@ func isStreamRequest(r *http.Request) bool {
 	return anyReading(r.URL, streamPathShape)
 }
 
-// isFollow reports a follow=true request (pods/log, a node's containerLogs).
-func isFollow(r *http.Request) bool {
-	if r.URL.RawQuery == "" {
-		return false
-	}
-	q, _ := url.ParseQuery(r.URL.RawQuery)
-	return queryBool(q, "follow")
-}
-
 // streamPathShape matches a /watch/ path or a pods, services or nodes proxy
 // subresource, below any number of cluster proxies.
 func streamPathShape(segs []string) bool {

@@ -96,10 +96,12 @@ type Options struct {
 	// UpstreamHeaderTimeout bounds how long karmada-apiserver, or a member
 	// through its cluster proxy, may take to answer a request with response
 	// headers (a 101 for an upgrade), from when the request was sent; past it
-	// the client gets a 504 Status naming the upstream. It never bounds a
-	// response once it started (watches, streams), nor a pods/log follow
-	// (follow=true), whose headers wait for the container's first line.
-	// 0 is DefaultUpstreamHeaderTimeout; negative is none.
+	// the client gets a 504 Status naming the upstream. It bounds every
+	// request, log follows included (a kubelet answers a follow's headers
+	// at once, before the container's first line: e2e
+	// TestHungDependencies' follow probes), and never a response once it
+	// started (watches, streams). 0 is DefaultUpstreamHeaderTimeout;
+	// negative is none.
 	UpstreamHeaderTimeout time.Duration
 	// Admissions reuses passthrough admission checks' 200s; nil: none.
 	Admissions *admission.Cache
@@ -245,10 +247,8 @@ func New(opts Options) (*Proxy, error) {
 type requestState struct {
 	route string
 	// upgrade: the request asks for an Upgrade. stream: it takes a stream
-	// slot (isStreamRequest), upgrades included. follow: it asks for
-	// follow=true, whose headers may wait for a container's first line, so
-	// no response header deadline applies to it.
-	upgrade, stream, follow bool
+	// slot (isStreamRequest), upgrades included.
+	upgrade, stream bool
 	// releaseStream gives the stream slot back; set once holdStream took it.
 	releaseStream func()
 	// clientGone marks a request whose client left before any response.
@@ -302,7 +302,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// bypassed by the route that forgot.
 	state := &requestState{
 		route: metrics.RoutePassthrough, upstreamName: upstream.Karmada,
-		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r), follow: isFollow(r),
+		upgrade: upgradeType(r.Header) != "", stream: isStreamRequest(r),
 	}
 	state.phases = upstream.NewPhases(klog.FromContext(r.Context()), state.upgrade)
 	if p.auditor != nil {
@@ -617,9 +617,6 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	state := stateFrom(req.Context())
 	rt := p.upstream.For(state.gatewayIdentity, state.upgrade)
-	if state.follow {
-		return rt.RoundTrip(req)
-	}
 	if state.phases == nil {
 		return upstream.RoundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
 	}

@@ -46,8 +46,8 @@ func (e *TimeoutError) Status() error {
 // the moment the request body was sent (at once for a request without one),
 // to answer with its headers; after them nothing bounds the response, so
 // watches, log follows and upgraded streams last as long as they do. This
-// is Transport.ResponseHeaderTimeout, per request: a follow of a silent
-// container gets no headers until its first line and must not have it.
+// is Transport.ResponseHeaderTimeout, per request: one transport serves
+// requests with and without a deadline.
 //
 // A hung upstream yields *TimeoutError naming upstream.
 func RoundTripWithin(rt http.RoundTripper, req *http.Request, d time.Duration, upstream string) (*http.Response, error) {

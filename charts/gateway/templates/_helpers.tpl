@@ -141,3 +141,18 @@ write their records, 2 s for audit events waiting for their caller, 10 s
 {{- int .Values.terminationGracePeriodSeconds -}}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+gateway.volumeSource is a volume source value as the user meant it: helm
+merges a value set on install (a persistentVolumeClaim, a hostPath) into the
+default emptyDir, which would give the volume two types; a type set beside
+the default emptyDir replaces it.
+*/ -}}
+{{- define "gateway.volumeSource" -}}
+{{- $vol := . -}}
+{{- if and (hasKey $vol "emptyDir") (gt (len $vol) 1) -}}
+{{- $vol = omit $vol "emptyDir" -}}
+{{- end -}}
+{{- toYaml $vol -}}
+{{- end -}}
+
