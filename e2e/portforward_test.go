@@ -34,12 +34,28 @@ func TestPortForward(t *testing.T) {
 	pod.Spec.Containers[0] = env.LocalContainer("main", images.Echo, tcpecho)
 	placePod(t, pod, []string{"member1"}, "member1")
 	kubeconfig := testEnv.GatewayKubeconfig(env.UserExecOnly)
+	remote := tcpEchoPort(t, kubeconfig, name)
 
-	// The echo server picked its port; its first log line says which.
-	var remote string
-	var lastLog string
+	for _, tr := range kubectlTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			p, local := portForward(t, kubeconfig, tr.env, name, remote)
+			for i, size := range []int{1 << 20, 4<<20 + 3} {
+				if err := echoRoundTrip(t.Context(), local, size, uint64(i)); err != nil {
+					t.Errorf("connection %d through %s: %v\nkubectl stderr: %s", i+1, local, err, p.stderr.String())
+				}
+			}
+			p.kill()
+		})
+	}
+}
+
+// tcpEchoPort is the port the tcpecho server in pod listens on, which its
+// first log line, read through the gateway, says.
+func tcpEchoPort(t *testing.T, kubeconfig, pod string) string {
+	t.Helper()
+	var remote, lastLog string
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		out, _, err := testEnv.RunKubectl(ctx, kubeconfig, nil, "logs", name)
+		out, _, err := testEnv.RunKubectl(ctx, kubeconfig, nil, "logs", pod)
 		if err != nil {
 			lastLog = err.Error()
 			return false, nil
@@ -54,26 +70,22 @@ func TestPortForward(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read the echo server's port from its log (last: %q): %v", lastLog, err)
 	}
+	return remote
+}
 
-	for _, tr := range kubectlTransports {
-		t.Run(tr.name, func(t *testing.T) {
-			p := startKubectl(t, kubeconfig, tr.env, "port-forward", "--address=127.0.0.1", "pod/"+name, ":"+remote)
-			if err := p.waitOutput(t.Context(), "Forwarding from", 30*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			m := forwardingRE.FindStringSubmatch(p.stdout.String())
-			if m == nil || m[2] != remote {
-				t.Fatalf("kubectl port-forward printed %q, want a Forwarding line to port %s", p.stdout.String(), remote)
-			}
-			local := net.JoinHostPort("127.0.0.1", m[1])
-			for i, size := range []int{1 << 20, 4<<20 + 3} {
-				if err := echoRoundTrip(t.Context(), local, size, uint64(i)); err != nil {
-					t.Errorf("connection %d through %s: %v\nkubectl stderr: %s", i+1, local, err, p.stderr.String())
-				}
-			}
-			p.kill()
-		})
+// portForward runs kubectl port-forward to pod's remote port through the
+// gateway and returns it and the local address it forwards from.
+func portForward(t *testing.T, kubeconfig string, extraEnv []string, pod, remote string) (*kubectlProc, string) {
+	t.Helper()
+	p := startKubectl(t, kubeconfig, extraEnv, "port-forward", "--address=127.0.0.1", "pod/"+pod, ":"+remote)
+	if err := p.waitOutput(t.Context(), "Forwarding from", 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
+	m := forwardingRE.FindStringSubmatch(p.stdout.String())
+	if m == nil || m[2] != remote {
+		t.Fatalf("kubectl port-forward printed %q, want a Forwarding line to port %s", p.stdout.String(), remote)
+	}
+	return p, net.JoinHostPort("127.0.0.1", m[1])
 }
 
 // echoRoundTrip sends size pseudo-random bytes to an echo server at addr

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -20,8 +21,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -99,6 +102,8 @@ func TestPullMember(t *testing.T) {
 			{"executor-seed", TestExecutorSeedTTY},
 			{"executor-semaphore", TestExecutorSemaphore},
 			{"auth-modes", testDisruptiveAuthModes}, // both auth modes
+			// Streams on both members, both proxy kinds, in both auth modes.
+			{"streams-both-modes", testPullStreamsBothModes},
 		} {
 			t.Run(rt.name, rt.run)
 		}
@@ -429,8 +434,9 @@ func caPool(t *testing.T, e *env.Env) *x509.CertPool {
 }
 
 // testSOCKSProxyKilled kills socksMember's SOCKS5 proxy (Debian's Dante
-// server) under a `logs -f` through the gateway: the follow ends with an
-// error, and a new exec gets the gateway's 503 naming the cluster proxy and
+// server) under two execs (SPDY, WebSocket) and a `logs -f` through the
+// gateway: the execs end with the gateway's Failure naming the member, the
+// follow with an error, and a new exec gets the gateway's 503 naming the cluster proxy and
 // the member with Karmada's SOCKS error (upstream.ReportMemberUnreachable
 // must know Karmada's "socks connect" wording: without it the exec's error
 // names no cluster), while other's member keeps serving; with the proxy
@@ -441,7 +447,10 @@ func testSOCKSProxyKilled(t *testing.T, other string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	expectExec(t, "socks5", env.UserExecOnly, pod)
+	spdyDone := startLongExec(t, ctx, pod, "spdy")
+	wsDone := startLongExec(t, ctx, pod, "websocket")
 	logsDone := followTicks(t, ctx, pod)
+	before := reportedCuts(t, "exec")
 
 	testEnv.KillProxy(socksMember)
 	restarted := false
@@ -454,14 +463,23 @@ func testSOCKSProxyKilled(t *testing.T, other string) {
 			}
 		}
 	})
-	select {
-	case err := <-logsDone:
-		t.Logf("logs -f through the gateway ended with: %v", err)
-		if msg := anError(err); msg != "" {
-			t.Errorf("logs -f after the proxy was killed: %s", msg)
+	for name, s := range map[string]streamEnd{
+		"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "` + socksMember + `"`)},
+		"the WebSocket exec through the gateway": {wsDone, errorNaming(`member cluster "` + socksMember + `"`)},
+		"logs -f through the gateway":            {logsDone, anError},
+	} {
+		select {
+		case err := <-s.done:
+			t.Logf("%s ended with: %v", name, err)
+			if msg := s.check(err); msg != "" {
+				t.Errorf("%s after the SOCKS5 proxy was killed: %s", name, msg)
+			}
+		case <-time.After(90 * time.Second):
+			t.Errorf("%s still runs 90s after the SOCKS5 proxy was killed", name)
 		}
-	case <-time.After(90 * time.Second):
-		t.Errorf("logs -f still runs 90s after the proxy was killed")
+	}
+	if got := reportedCuts(t, "exec") - before; got != 2 {
+		t.Errorf("karmada_gateway_stream_cuts_total{route=\"exec\",result=\"reported\"} rose by %v, want 2", got)
 	}
 	want := `the cluster proxy for cluster "` + socksMember + `" could not reach member cluster "` + socksMember + `": socks connect`
 	if stdout, stderr, err := kubectlExecAs(ctx, env.UserExecOnly, pod); err == nil || !strings.Contains(stderr, want) {
@@ -475,4 +493,86 @@ func testSOCKSProxyKilled(t *testing.T, other string) {
 	}
 	restarted = true
 	waitExecWorks(t, ctx, pod)
+}
+
+// testPullStreamsBothModes runs the stream routes through the gateway on
+// both Pull members, the one behind HTTP CONNECT and the one behind
+// SOCKS5, in passthrough mode and in authorize mode: a TTY exec (client-go,
+// SPDY and WebSocket), attach, logs -f and port-forward (the package's
+// route tests run on the HTTP CONNECT member in passthrough mode).
+func testPullStreamsBothModes(t *testing.T) {
+	dumpLogsOnFailure(t)
+	members := map[string]string{pullMember: "HTTP CONNECT", socksMember: "SOCKS5"}
+	for m := range members {
+		attach := env.ShellPod(env.Namespace, "pull-attach-"+m, `echo attach-ready; while read -r l; do echo "echo:$l"; done`)
+		attach.Spec.Containers[0].Stdin = true
+		createPlacedPod(t, attach, []string{m})
+		echo := env.ShellPod(env.Namespace, "pull-echo-"+m, "")
+		echo.Spec.Containers[0] = env.LocalContainer("main", images.Echo, tcpecho)
+		createPlacedPod(t, echo, []string{m})
+		createPlacedPod(t, env.ShellPod(env.Namespace, "pull-ticks-"+m, tickerScript), []string{m})
+	}
+	for m := range members {
+		for _, p := range []string{"pull-attach-", "pull-echo-", "pull-ticks-"} {
+			waitPlaced(t, p+m, m)
+		}
+	}
+	for _, mode := range []string{"passthrough", "authorize"} {
+		t.Run(mode, func(t *testing.T) {
+			restartGatewayFor(t, []string{"--auth-mode=" + mode}, "--auth-mode=passthrough")
+			kubeconfig := testEnv.GatewayKubeconfig(env.UserExecOnly)
+			cfg, err := testEnv.GatewayConfig(env.UserExecOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m, proxy := range members {
+				t.Run(proxy, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+					defer cancel()
+					u := execURL(t, "pull-ticks-"+m, &corev1.PodExecOptions{Command: []string{"sh", "-c", "tty >/dev/null && echo tty-ok"}, Stdout: true, TTY: true})
+					for _, kind := range []string{"spdy", "websocket"} {
+						var exe remotecommand.Executor
+						if kind == "spdy" {
+							exe, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
+						} else {
+							exe, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						var out bytes.Buffer
+						if err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: true}); err != nil || !strings.Contains(out.String(), "tty-ok") {
+							t.Errorf("%s TTY exec: %q, %v", kind, out.String(), err)
+						}
+					}
+					a := startKubectl(t, kubeconfig, nil, "attach", "-i", "pull-attach-"+m, "-c", "main")
+					if _, err := io.WriteString(a.stdin, "ping\n"); err != nil {
+						t.Fatal(err)
+					}
+					if err := a.waitOutput(ctx, "echo:ping\n", 30*time.Second); err != nil {
+						t.Errorf("attach: %v (stderr %q)", err, a.stderr.String())
+					}
+					a.kill()
+					rc, err := gatewayClient(t, env.UserExecOnly).CoreV1().Pods(env.Namespace).GetLogs("pull-ticks-"+m, &corev1.PodLogOptions{Follow: true, TailLines: new(int64(1))}).Stream(ctx)
+					if err != nil {
+						t.Errorf("logs -f: %v", err)
+					} else {
+						r := bufio.NewReader(rc)
+						for range 2 { // the tail, then a line written since
+							if l, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(l, "tick-") {
+								t.Errorf("logs -f read %q, %v; want tick-N lines", l, err)
+								break
+							}
+						}
+						rc.Close()
+					}
+					pf, local := portForward(t, kubeconfig, nil, "pull-echo-"+m, tcpEchoPort(t, kubeconfig, "pull-echo-"+m))
+					if err := echoRoundTrip(ctx, local, 1<<20, 7); err != nil {
+						t.Errorf("port-forward: %v (stderr %q)", err, pf.stderr.String())
+					}
+					pf.kill()
+				})
+			}
+		})
+	}
 }
