@@ -288,15 +288,7 @@ func testRecordedTTYSession(ctx context.Context, t *testing.T, pod, logPath, rec
 			marker := "rec-" + kind
 			script := "printf '%s h\303\251llo \342\234\223\n' " + marker + "; ls -d / /tmp; exit 0"
 			u := execURL(t, pod, &corev1.PodExecOptions{Command: []string{"sh", "-c", script}, Stdout: true, TTY: true})
-			var exe remotecommand.Executor
-			if kind == "spdy" {
-				exe, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
-			} else {
-				exe, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			exe := execExecutor(t, kind, cfg, u)
 			sizes := make(chanSizeQueue, 1)
 			sizes <- &remotecommand.TerminalSize{Width: 100, Height: 30}
 			close(sizes)

@@ -39,7 +39,6 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/monitoring"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording/recordingtest"
 )
 
 // readmeShell runs README commands as a user types them: with bash, in a
@@ -839,34 +838,8 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 	for name := range old {
 		events = append(events, readAuditLog(t, filepath.Join(records.audit, "audit-"+name+".log"))...)
 	}
-	ends := map[string]int{}
-	for i := range sessions {
-		var started, complete *auditv1.Event
-		for j, ev := range events {
-			if ev.ObjectRef == nil || ev.ObjectRef.Subresource != "exec" || !strings.Contains(ev.Annotations["gateway.karmada.io/command"], release(i)) {
-				continue
-			}
-			switch ev.Stage {
-			case auditv1.StageResponseStarted:
-				started = &events[j]
-			case auditv1.StageResponseComplete:
-				complete = &events[j]
-			}
-		}
-		if started == nil || complete == nil {
-			t.Errorf("session %d: ResponseStarted %v, ResponseComplete %v in the old pods' audit logs; want both", i, started != nil, complete != nil)
-			continue
-		}
-		ends[complete.Annotations["gateway.karmada.io/stream-end"]]++
-		name := complete.Annotations["gateway.karmada.io/recording"]
-		out, err := recordingtest.Cat(player, filepath.Join(records.recordings, name))
-		if name == "" || err != nil || !strings.Contains(string(out), fmt.Sprintf("session open %d", i)) {
-			t.Errorf("session %d: recording %q plays %q, %v", i, name, out, err)
-		}
-	}
-	if ends["completed"] != drained || ends["gateway_shutdown"] != sessions-drained {
-		t.Errorf("the sessions' stream ends %v; want %d completed and %d gateway_shutdown", ends, drained, sessions-drained)
-	}
+	sessionRecords{command: "/tmp/release-upgrade-", output: "session open", exit: "7", n: sessions,
+		ends: map[string]int{"completed": drained, "gateway_shutdown": sessions - drained}}.check(t, player, events, records.recordings)
 }
 
 // installedScrape is Debian's Prometheus scraping the installed gateway's

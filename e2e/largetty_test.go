@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,15 +42,7 @@ func TestLargeTTYOutputIsWholeOrReported(t *testing.T) {
 			u := gatewayClient(t, env.UserExecOnly).CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(pod).
 				SubResource("exec").Param("command", "sh").Param("command", "-c").Param("command", script).
 				Param("stdout", "true").Param("tty", "true").URL()
-			var exe remotecommand.Executor
-			if kind == "spdy" {
-				exe, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
-			} else {
-				exe, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			exe := execExecutor(t, kind, cfg, u)
 			var out countingWriter
 			err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: true})
 			got := out.n.Load()

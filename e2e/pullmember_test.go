@@ -304,21 +304,11 @@ func testPullFaults(t *testing.T) {
 				}
 			}
 		})
-		for name, s := range map[string]streamEnd{
+		expectEnded(t, "the proxy was killed", map[string]streamEnd{
 			"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "` + pullMember + `"`)},
 			"the WebSocket exec through the gateway": {wsDone, errorNaming(`member cluster "` + pullMember + `"`)},
 			"logs -f through the gateway":            {logsDone, anError},
-		} {
-			select {
-			case err := <-s.done:
-				t.Logf("%s ended with: %v", name, err)
-				if msg := s.check(err); msg != "" {
-					t.Errorf("%s after the proxy was killed: %s", name, msg)
-				}
-			case <-time.After(90 * time.Second):
-				t.Errorf("%s still runs 90s after the proxy was killed", name)
-			}
-		}
+		})
 		// The execs' cuts are the gateway's to report (the tunnel closed
 		// without an exit status). The log follow is not: unlike a killed
 		// kubelet, whose apiserver ends the body cleanly, the cluster proxy
@@ -463,21 +453,11 @@ func testSOCKSProxyKilled(t *testing.T, other string) {
 			}
 		}
 	})
-	for name, s := range map[string]streamEnd{
+	expectEnded(t, "the SOCKS5 proxy was killed", map[string]streamEnd{
 		"the SPDY exec through the gateway":      {spdyDone, errorNaming(`member cluster "` + socksMember + `"`)},
 		"the WebSocket exec through the gateway": {wsDone, errorNaming(`member cluster "` + socksMember + `"`)},
 		"logs -f through the gateway":            {logsDone, anError},
-	} {
-		select {
-		case err := <-s.done:
-			t.Logf("%s ended with: %v", name, err)
-			if msg := s.check(err); msg != "" {
-				t.Errorf("%s after the SOCKS5 proxy was killed: %s", name, msg)
-			}
-		case <-time.After(90 * time.Second):
-			t.Errorf("%s still runs 90s after the SOCKS5 proxy was killed", name)
-		}
-	}
+	})
 	if got := reportedCuts(t, "exec") - before; got != 2 {
 		t.Errorf("karmada_gateway_stream_cuts_total{route=\"exec\",result=\"reported\"} rose by %v, want 2", got)
 	}
@@ -531,15 +511,7 @@ func testPullStreamsBothModes(t *testing.T) {
 					defer cancel()
 					u := execURL(t, "pull-ticks-"+m, &corev1.PodExecOptions{Command: []string{"sh", "-c", "tty >/dev/null && echo tty-ok"}, Stdout: true, TTY: true})
 					for _, kind := range []string{"spdy", "websocket"} {
-						var exe remotecommand.Executor
-						if kind == "spdy" {
-							exe, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
-						} else {
-							exe, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
-						}
-						if err != nil {
-							t.Fatal(err)
-						}
+						exe := execExecutor(t, kind, cfg, u)
 						var out bytes.Buffer
 						if err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: true}); err != nil || !strings.Contains(out.String(), "tty-ok") {
 							t.Errorf("%s TTY exec: %q, %v", kind, out.String(), err)
@@ -574,5 +546,22 @@ func testPullStreamsBothModes(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// expectEnded waits for each stream to end, up to 90 s after what
+// happened, and checks how it ended.
+func expectEnded(t *testing.T, after string, streams map[string]streamEnd) {
+	t.Helper()
+	for name, s := range streams {
+		select {
+		case err := <-s.done:
+			t.Logf("%s ended with: %v", name, err)
+			if msg := s.check(err); msg != "" {
+				t.Errorf("%s after %s: %s", name, after, msg)
+			}
+		case <-time.After(90 * time.Second):
+			t.Errorf("%s still runs 90s after %s", name, after)
+		}
 	}
 }

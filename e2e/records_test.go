@@ -49,15 +49,7 @@ func openRecordedSessions(ctx context.Context, t *testing.T, gw *env.ExtraGatewa
 		u := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(pod).SubResource("exec").
 			Param("command", "sh").Param("command", "-c").Param("command", "echo "+s.marker+"; read line; echo got-$line").
 			Param("stdin", "true").Param("stdout", "true").Param("tty", "true").URL()
-		var exe remotecommand.Executor
-		if i%2 == 0 {
-			exe, err = remotecommand.NewSPDYExecutor(gw.Config(env.UserExecOnly), http.MethodPost, u)
-		} else {
-			exe, err = remotecommand.NewWebSocketExecutor(gw.Config(env.UserExecOnly), http.MethodGet, u.String())
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		exe := execExecutor(t, []string{"spdy", "websocket"}[i%2], gw.Config(env.UserExecOnly), u)
 		r, w := io.Pipe()
 		s.stdin = w
 		go func() {
@@ -168,7 +160,8 @@ func TestRecordsThroughRestarts(t *testing.T) {
 		if took < 0 || took > grace+20*time.Second {
 			t.Fatalf("the gateway took %v to exit after SIGTERM (-1: killed); want it to exit by itself within the chart's grace + 20 s", took)
 		}
-		checkSessionRecords(t, player, logPath, recordings, "rollout", 10, map[string]int{"completed": 5, "gateway_shutdown": 5})
+		sessionRecords{command: "rollout-", output: "rollout-", exit: "0", n: 10, ends: map[string]int{"completed": 5, "gateway_shutdown": 5}}.
+			check(t, player, readAuditLog(t, logPath), recordings)
 	})
 
 	t.Run("SIGKILL", func(t *testing.T) {
@@ -226,15 +219,25 @@ func TestRecordsThroughRestarts(t *testing.T) {
 	})
 }
 
-// checkSessionRecords checks the audit events and recordings of the n
-// execs whose command holds prefix: both stages each, the stream ends
-// counted as want, every recording named, present and playable with
-// asciinema, and incomplete ones marked so in the file and the event.
-func checkSessionRecords(t *testing.T, player, logPath, recordings, prefix string, n int, want map[string]int) {
+// sessionRecords says what the audit events and recordings of some exec
+// sessions must show: the sessions are the execs whose command holds
+// command, their recordings play output holding output, the completed ones
+// exited with exit ("": not checked).
+type sessionRecords struct {
+	command, output, exit string
+	n                     int
+	ends                  map[string]int // stream-end: sessions
+}
+
+// check checks events and the recordings dir for the sessions: both
+// stages each, the stream ends counted as want.ends, every recording named
+// at both stages, present and playable with asciinema, the incomplete ones
+// named so in their event, none left under a temporary name.
+func (want sessionRecords) check(t *testing.T, player string, events []auditv1.Event, recordings string) {
 	t.Helper()
-	byID := execEvents(readAuditLog(t, logPath), prefix+"-")
-	if len(byID) != n {
-		t.Fatalf("%d sessions in the audit log, want %d", len(byID), n)
+	byID := execEvents(events, want.command)
+	if len(byID) != want.n {
+		t.Fatalf("%d sessions in the audit log, want %d", len(byID), want.n)
 	}
 	ends := map[string]int{}
 	for id, evs := range byID {
@@ -260,20 +263,20 @@ func checkSessionRecords(t *testing.T, player, logPath, recordings, prefix strin
 			continue
 		}
 		out, err := recordingtest.Cat(player, filepath.Join(recordings, name))
-		if err != nil || !strings.Contains(string(out), prefix+"-") {
+		if err != nil || !strings.Contains(string(out), want.output) {
 			t.Errorf("session %s: recording %s plays %q, %v", id, name, out, err)
 		}
 		incomplete := a["gateway.karmada.io/recording-incomplete"]
 		if (end == "completed") != (incomplete == "") {
 			t.Errorf("session %s ended %s, its recording says incomplete %q", id, end, incomplete)
 		}
-		if end == "completed" && a["gateway.karmada.io/exit-code"] != "0" {
-			t.Errorf("session %s completed with exit code %q", id, a["gateway.karmada.io/exit-code"])
+		if end == "completed" && want.exit != "" && a["gateway.karmada.io/exit-code"] != want.exit {
+			t.Errorf("session %s completed with exit code %q, want %s", id, a["gateway.karmada.io/exit-code"], want.exit)
 		}
 	}
-	for end, n := range want {
+	for end, n := range want.ends {
 		if ends[end] != n {
-			t.Errorf("stream ends %v, want %v", ends, want)
+			t.Errorf("stream ends %v, want %v", ends, want.ends)
 			break
 		}
 	}
@@ -341,15 +344,7 @@ func TestRecordingOnAFullVolume(t *testing.T) {
 				u := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(pod).SubResource("exec").
 					Param("command", "sh").Param("command", "-c").Param("command", script).
 					Param("stdout", "true").Param("tty", "true").URL()
-				var exe remotecommand.Executor
-				if kind == "spdy" {
-					exe, err = remotecommand.NewSPDYExecutor(gw.Config(env.UserExecOnly), http.MethodPost, u)
-				} else {
-					exe, err = remotecommand.NewWebSocketExecutor(gw.Config(env.UserExecOnly), http.MethodGet, u.String())
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				exe := execExecutor(t, kind, gw.Config(env.UserExecOnly), u)
 				var out syncBuffer
 				err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: true})
 				return out.String(), err

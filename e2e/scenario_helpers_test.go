@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
@@ -422,4 +425,25 @@ func followTicks(t *testing.T, ctx context.Context, pod string) <-chan error {
 		}
 	}
 	return done
+}
+
+// execExecutor is client-go's executor for the exec at u over kind, "spdy"
+// (a POST, as GitLab Runner and kubectl's fallback send it) or "websocket"
+// (a GET, as kubectl 1.30+ sends it), with cfg's credentials.
+func execExecutor(t *testing.T, kind string, cfg *rest.Config, u *url.URL) remotecommand.Executor {
+	t.Helper()
+	var exe remotecommand.Executor
+	var err error
+	switch kind {
+	case "spdy":
+		exe, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
+	case "websocket":
+		exe, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
+	default:
+		t.Fatalf("no executor for %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
 }

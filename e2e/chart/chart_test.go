@@ -143,6 +143,7 @@ func TestDeploymentDefaults(t *testing.T) {
 		"--read-header-timeout=10s",
 		"--upstream-header-timeout=30s",
 		"--idle-timeout=90s",
+		"--forwarded-for=append",
 		"-v=0",
 	}
 	if !slices.Equal(c.Args, wantArgs) {
