@@ -32,6 +32,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/auth"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/labeler"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberevents"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
@@ -165,7 +166,17 @@ func run(ctx context.Context, o *options) error {
 	if o.enableServiceProxy {
 		popts.ServiceResolver = res
 	}
-	if popts.AuthMode == proxy.AuthAuthorize {
+	var members *memberaccess.Members
+	if o.memberAccess == metrics.MemberAccessDirect {
+		// Secrets are watched only in the namespaces Clusters name, and
+		// only their token and CA keys are kept.
+		members, err = memberaccess.New(memberaccess.Options{Clusters: informers.Clusters, Client: clients.secrets, Resync: o.resync, Metrics: m})
+		if err != nil {
+			return err
+		}
+		popts.Members = members
+	}
+	if popts.AuthMode == proxy.AuthAuthorize || popts.Members != nil {
 		// Reviews have budgets of their own (client-go limits each client
 		// apart): the informers and the labeler never wait for them, and
 		// a flood of unknown tokens spends only the new credentials' one.
@@ -198,6 +209,10 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
+	// Readiness does not wait for direct member access's Secret informers:
+	// one Cluster naming a namespace the gateway may not read would keep
+	// every replica unready. A request to a member whose Secrets are not
+	// read yet waits for them (memberaccess), then gets a 503 naming why.
 	health := newHealth(informers.HasSynced, newUpstreamCheck(clients.readiness.Discovery().RESTClient()))
 	metricsSrv := serving.NewServer(serving.ServerOptions{
 		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), o.profiling),
@@ -227,7 +242,7 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("listen %s: %w", o.metricsAddr, err)
 	}
 	logger.Info("serving", "address", proxyLn.Addr().String(), "tls", !o.insecureHTTP,
-		"metricsAddress", metricsLn.Addr().String(), "authMode", o.authMode, "labeler", o.enableLabeler,
+		"metricsAddress", metricsLn.Addr().String(), "authMode", o.authMode, "memberAccess", o.memberAccess, "labeler", o.enableLabeler,
 		"upstream", cfg.Host)
 
 	lc := &lifecycle{
@@ -239,6 +254,15 @@ func run(ctx context.Context, o *options) error {
 		grace:      o.shutdownGrace,
 		start: func(ctx context.Context) {
 			informers.Start(ctx)
+			if members != nil {
+				go func() {
+					// Before the Cluster informer synced, Start would see
+					// no Cluster and start no Secret informer.
+					if informers.WaitForCacheSync(ctx) {
+						members.Start(ctx)
+					}
+				}()
+			}
 			go func() {
 				if !informers.WaitForCacheSync(ctx) {
 					return
@@ -278,11 +302,14 @@ func newProxyServer(o *options, handler http.Handler, tlsConfig *tls.Config) *ht
 // random tokens costs), and readiness.
 type reviewClients struct {
 	knownCallers, newCredentials, readiness kubernetes.Interface
+	// secrets reads the Secrets of direct member access: their informers
+	// start as Clusters name namespaces, never behind the reviews.
+	secrets kubernetes.Interface
 }
 
 func newReviewClients(cfg *rest.Config) (*reviewClients, error) {
 	var c reviewClients
-	for _, client := range []*kubernetes.Interface{&c.knownCallers, &c.newCredentials, &c.readiness} {
+	for _, client := range []*kubernetes.Interface{&c.knownCallers, &c.newCredentials, &c.readiness, &c.secrets} {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)

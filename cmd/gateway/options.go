@@ -7,6 +7,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/auth"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberevents"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 )
@@ -19,6 +20,7 @@ type options struct {
 	insecureHTTP        bool
 	metricsAddr         string
 	authMode            string
+	memberAccess        string
 	forwardedFor        string
 	authFailedPerSource float64
 	clientCAFile        string
@@ -66,9 +68,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address for /metrics, /healthz and /readyz")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on the metrics address")
 	fs.StringVar(&o.authMode, "auth-mode", string(proxy.AuthPassthrough), "passthrough: callers' credentials go upstream unchanged; authorize: the gateway authenticates and authorizes callers and calls the cluster proxy as itself")
+	fs.StringVar(&o.memberAccess, "member-access", metrics.MemberAccessClusterProxy, "how rewritten requests reach member clusters: cluster-proxy (through karmada-apiserver and Karmada's cluster proxy) or direct (the gateway dials each member's kube-apiserver from its Cluster object, as karmada-aggregated-apiserver does, with the member's impersonator token; needs get/list/watch on the Secrets the Clusters name, and in passthrough mode TokenReviews and SubjectAccessReviews)")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates (authorize mode)")
-	fs.DurationVar(&o.authCacheTTL, "auth-cache-ttl", 10*time.Second, "how long authorize-mode authentication and authorization results are cached")
-	fs.Float64Var(&o.authFailedPerSource, "auth-failed-per-source", float64(auth.DefaultFailedPerSource), "authorize mode: failed authentications a second a client address may cause (twice that at once); past it, its tokens not known good get 429 without a TokenReview (a token that authenticated within the hour always gets one); negative is unlimited")
+	fs.DurationVar(&o.authCacheTTL, "auth-cache-ttl", 10*time.Second, "how long the gateway's own authentication and authorization results are cached (authorize mode; passthrough mode with --member-access=direct)")
+	fs.Float64Var(&o.authFailedPerSource, "auth-failed-per-source", float64(auth.DefaultFailedPerSource), "authorize mode and --member-access=direct: failed authentications a second a client address may cause (twice that at once); past it, its tokens not known good get 429 without a TokenReview (a token that authenticated within the hour always gets one); negative is unlimited")
 	fs.BoolVar(&o.enableLabeler, "enable-labeler", true, "run the controller that labels pod templates with cluster.karmada.io/name")
 	fs.IntVar(&o.labelerWorkers, "labeler-workers", 4, "concurrent label patches")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run the labeler only while holding a Lease, so several replicas are safe")
@@ -101,8 +104,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	// Deadlines of the gateway's outbound calls: a dependency that hangs
 	// must cost a client a Status naming it, not a request held until the
 	// client gives up.
-	fs.DurationVar(&o.upstreamHeaderTimeout, "upstream-header-timeout", proxy.DefaultUpstreamHeaderTimeout, "time karmada-apiserver, or a member cluster through its cluster proxy, has to answer a forwarded request with response headers (101 for exec, attach, port-forward); past it the client gets a 504 Status naming which. Never cuts a response once it started (watches, streams); log follows get their headers at once too")
-	fs.DurationVar(&o.authTimeout, "auth-timeout", auth.DefaultTimeout, "authorize mode: time karmada-apiserver has to answer each TokenReview and SubjectAccessReview; past it the client gets a 504 Status")
+	fs.DurationVar(&o.upstreamHeaderTimeout, "upstream-header-timeout", proxy.DefaultUpstreamHeaderTimeout, "time karmada-apiserver, or a member cluster (through its cluster proxy, or directly), has to answer a forwarded request with response headers (101 for exec, attach, port-forward); past it the client gets a 504 Status naming which. Never cuts a response once it started (watches, streams); log follows get their headers at once too")
+	fs.DurationVar(&o.authTimeout, "auth-timeout", auth.DefaultTimeout, "authorize mode and --member-access=direct: time karmada-apiserver has to answer each TokenReview and SubjectAccessReview; past it the client gets a 504 Status")
 	fs.DurationVar(&o.memberTimeout, "member-timeout", memberevents.DefaultMemberTimeout, "time a member cluster has, through its cluster proxy, to answer the reads the gateway makes on its own: its events merged into a pod's events list (past it the list carries karmada-apiserver's events and a Warning), and in authorize mode the check that the member's pod is the template's copy")
 	fs.DurationVar(&o.memberCopyCacheTTL, "member-copy-cache-ttl", 0, "authorize mode: how long a member pod read for the check that it is the template's copy is reused for later streams to it (0 = read before every stream). Saves a round trip through the cluster proxy per exec and attach; a member object that Karmada does not manage, put in place of Karmada's copy, may be reached as the gateway for up to this long (a template deleted and recreated is refused at once: the check compares the template's current UID)")
 	fs.DurationVar(&o.admissionCacheTTL, "admission-cache-ttl", 0, "passthrough mode: how long karmada-apiserver's 200 to the admission check (a GET of the pod or Service with the caller's own headers, before each stream) is reused for the same headers and object (0 = check before every stream). Saves a round trip per exec and attach; a caller whose access to the object is revoked can still open streams to it for up to this long (Karmada's cluster proxy and the member still check each one)")
@@ -115,6 +118,11 @@ func (o *options) validate() error {
 	case proxy.AuthPassthrough, proxy.AuthAuthorize:
 	default:
 		return fmt.Errorf("--auth-mode must be %q or %q, not %q", proxy.AuthPassthrough, proxy.AuthAuthorize, o.authMode)
+	}
+	switch o.memberAccess {
+	case metrics.MemberAccessClusterProxy, metrics.MemberAccessDirect:
+	default:
+		return fmt.Errorf("--member-access must be %q or %q, not %q", metrics.MemberAccessClusterProxy, metrics.MemberAccessDirect, o.memberAccess)
 	}
 	if _, err := proxy.ParseForwardedFor(o.forwardedFor); err != nil {
 		return fmt.Errorf("--forwarded-for: %w", err)

@@ -134,6 +134,7 @@ func TestDeploymentDefaults(t *testing.T) {
 		"--tls-cert-file=/etc/gateway/tls/tls.crt",
 		"--tls-key-file=/etc/gateway/tls/tls.key",
 		"--auth-mode=passthrough",
+		"--member-access=cluster-proxy",
 		"--enable-labeler=true",
 		"--labeler-workers=4",
 		"--leader-elect=true",
@@ -731,7 +732,7 @@ func TestMonitoring(t *testing.T) {
 	}
 	wantAlerts := []string{"KarmadaGatewayDown", "KarmadaGatewayRewrittenRoute5xx", "KarmadaGatewayLabelerNotLeading",
 		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable",
-		"KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring",
+		"KarmadaGatewayMemberUnreachableDirectly", "KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring",
 		"KarmadaGatewayAuditEventsLost", "KarmadaGatewayAuditSinkFailing"}
 	if !slices.Equal(alerts, wantAlerts) {
 		t.Errorf("alerts = %q, want %q", alerts, wantAlerts)

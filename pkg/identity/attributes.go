@@ -58,3 +58,14 @@ func ProxySubresourceRequest(method, namespace, resource, segment string) (Resou
 		Subresource: "proxy", Name: segment,
 	}, true
 }
+
+// ClusterProxyRequest is what karmada-apiserver authorizes a request through
+// the cluster proxy of cluster as (the proxy subresource of the
+// cluster-scoped Cluster, group cluster.karmada.io), with the verb its
+// RequestInfo derives from the method. The path names the Cluster, so a
+// GET stays get (never list or watch, watch=true included), and a method
+// with no verb of its own (OPTIONS) gets the empty verb, which only a "*"
+// rule allows, as with kube-apiserver.
+func ClusterProxyRequest(method, cluster string) ResourceRequest {
+	return ResourceRequest{Verb: methodVerbs[method], Group: "cluster.karmada.io", Resource: "clusters", Subresource: "proxy", Name: cluster}
+}

@@ -73,3 +73,21 @@ func TestProxySubresourceRequest(t *testing.T) {
 		}
 	}
 }
+
+func TestClusterProxyRequest(t *testing.T) {
+	for _, tt := range []struct{ method, verb string }{
+		{"GET", "get"}, // WebSocket exec and watch=true alike: the path names the Cluster
+		{"HEAD", "get"},
+		{"POST", "create"}, // SPDY exec, attach, portforward
+		{"PUT", "update"},
+		{"PATCH", "patch"},
+		{"DELETE", "delete"},
+		{"OPTIONS", ""},
+	} {
+		got := ClusterProxyRequest(tt.method, "member1")
+		want := ResourceRequest{Verb: tt.verb, Group: "cluster.karmada.io", Resource: "clusters", Subresource: "proxy", Name: "member1"}
+		if got != want {
+			t.Errorf("ClusterProxyRequest(%s) = %+v, want %+v", tt.method, got, want)
+		}
+	}
+}

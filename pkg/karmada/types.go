@@ -196,7 +196,10 @@ type ClusterSpec struct {
 	ImpersonatorSecretRef       *LocalSecretRef `json:"impersonatorSecretRef,omitempty"`
 	InsecureSkipTLSVerification bool            `json:"insecureSkipTLSVerification,omitempty"`
 	ProxyURL                    string          `json:"proxyURL,omitempty"`
-	SyncMode                    string          `json:"syncMode,omitempty"`
+	// ProxyHeader is sent on the CONNECT to ProxyURL, each value split
+	// at commas into several, as Karmada's ParseProxyHeaders does.
+	ProxyHeader map[string]string `json:"proxyHeader,omitempty"`
+	SyncMode    string            `json:"syncMode,omitempty"`
 }
 
 // LocalSecretRef names a Secret in karmada-apiserver.
@@ -243,6 +246,12 @@ func (c *Cluster) DeepCopyObject() runtime.Object {
 	if c.Spec.ImpersonatorSecretRef != nil {
 		r := *c.Spec.ImpersonatorSecretRef
 		out.Spec.ImpersonatorSecretRef = &r
+	}
+	if c.Spec.ProxyHeader != nil {
+		out.Spec.ProxyHeader = make(map[string]string, len(c.Spec.ProxyHeader))
+		for k, v := range c.Spec.ProxyHeader {
+			out.Spec.ProxyHeader[k] = v
+		}
 	}
 	out.Status.Conditions = copyConditions(c.Status.Conditions)
 	return &out

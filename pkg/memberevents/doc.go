@@ -21,7 +21,7 @@
 // sends them, the member's through Karmada's cluster proxy with the caller's
 // headers (the member's RBAC applies) or, in authorize mode, with the
 // gateway's identity once the Authorizer allowed the caller to list or watch
-// events in the namespace (Gateway.GetAuthorized). Neither package imports
+// events in the namespace (Gateway.GetMember). Neither package imports
 // the other.
 //
 // Every member event is rewritten to read as an event of the template

@@ -28,7 +28,6 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -46,10 +45,11 @@ type Gateway interface {
 	// Get GETs pathAndQuery below karmada-apiserver on r's behalf, asking
 	// for accept, with the credentials PassThrough sends r with.
 	Get(ctx context.Context, r *http.Request, pathAndQuery, accept string) (*http.Response, error)
-	// GetAuthorized is Get for a member's events through the cluster
-	// proxy: the caller's headers in passthrough mode; in authorize mode the
-	// gateway's identity once the caller is allowed rr.
-	GetAuthorized(ctx context.Context, r *http.Request, rr identity.ResourceRequest, pathAndQuery, accept string) (*http.Response, error)
+	// GetMember is Get for pathAndQuery below a member cluster's
+	// kube-apiserver, reached as the proxy reaches members (its cluster
+	// proxy, or directly): with the caller's identity in passthrough mode;
+	// in authorize mode the gateway's, once the caller is allowed rr.
+	GetMember(ctx context.Context, r *http.Request, rr identity.ResourceRequest, cluster, pathAndQuery, accept string) (*http.Response, error)
 	// HoldStream takes r's stream slot, or answers 429 and reports false.
 	HoldStream(w http.ResponseWriter, r *http.Request) bool
 	// Fail answers an upstream failure as the proxy answers its own.
@@ -295,7 +295,7 @@ type eventsMerge struct {
 }
 
 // eventsAccess is what a read of the member's events for em is allowed as
-// in authorize mode (Gateway.GetAuthorized): verb (list or watch) on events
+// in authorize mode (Gateway.GetMember): verb (list or watch) on events
 // in the namespace, in karmada-apiserver.
 func eventsAccess(em *eventsMerge, verb string) identity.ResourceRequest {
 	return identity.ResourceRequest{Namespace: em.Namespace, Verb: verb, Resource: "events"}
@@ -440,7 +440,7 @@ func (mg *Merger) listMemberEvents(ctx context.Context, em *eventsMerge, cluster
 // through the cluster proxy, which passes Accept on. A member that answers
 // JSON all the same is decoded from JSON.
 func (mg *Merger) readMemberEvents(ctx context.Context, em *eventsMerge, cluster string) (*corev1.EventList, error) {
-	body, err := read(mg.gw.GetAuthorized(ctx, em.r, eventsAccess(em, "list"), memberEventsPath(cluster, em.eventsRequest, nil), protobufOrJSON))
+	body, err := read(mg.gw.GetMember(ctx, em.r, eventsAccess(em, "list"), cluster, memberEventsPath(em.eventsRequest, nil), protobufOrJSON))
 	if err != nil {
 		return nil, err
 	}
@@ -480,14 +480,14 @@ func (mg *Merger) readTemplate(ctx context.Context, em *eventsMerge) (*corev1.Po
 	return &corev1.Pod{ObjectMeta: pod.ObjectMeta}, nil
 }
 
-// memberEventsPath is the cluster proxy path of the pod's events in cluster,
-// with extra query parameters.
-func memberEventsPath(cluster string, er eventsRequest, extra url.Values) string {
+// memberEventsPath is the path of the pod's events below a member's
+// kube-apiserver, with extra query parameters.
+func memberEventsPath(er eventsRequest, extra url.Values) string {
 	q := url.Values{"fieldSelector": {er.MemberSelector}}
 	for k, v := range extra {
 		q[k] = v
 	}
-	return karmada.ClusterProxyPath(cluster, "/api/v1/namespaces/"+er.Namespace+"/events") + "?" + q.Encode()
+	return "/api/v1/namespaces/" + er.Namespace + "/events?" + q.Encode()
 }
 
 // rewriteMemberEvent makes a member's event read as an event of the

@@ -361,7 +361,7 @@ type memberMsg struct {
 var errMemberGone = errors.New("member resourceVersion too old")
 
 // memberEventWatch follows the pod's events in the member cluster it
-// resolves to, through the cluster proxy (GetAuthorized): it
+// resolves to, through the cluster proxy (GetMember): it
 // waits for the pod to be placed, lists what it has not sent yet, watches,
 // re-establishes the watch when it ends, lists again when the member
 // forgot its resourceVersion, and moves along when the pod moves to
@@ -488,10 +488,10 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 	defer cancel()
 	go m.cancelOnMove(ctx, cancel, cursor.cluster)
 
-	path := memberEventsPath(cursor.cluster, m.em.eventsRequest, url.Values{
+	path := memberEventsPath(m.em.eventsRequest, url.Values{
 		"watch": {"true"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {cursor.resourceVersion},
 	})
-	res, err := m.mg.gw.GetAuthorized(ctx, m.em.r, eventsAccess(m.em, "watch"), path, "application/json")
+	res, err := m.mg.gw.GetMember(ctx, m.em.r, eventsAccess(m.em, "watch"), cursor.cluster, path, "application/json")
 	if err != nil {
 		if ctx.Err() != nil {
 			return cursor, nil // the pod moved (or the client left) while the watch opened: not an outage

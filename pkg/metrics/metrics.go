@@ -96,7 +96,28 @@ type Metrics struct {
 	// CertificateExpiry is the NotAfter, in Unix seconds, of the certificate
 	// (or the first CA of the bundle to expire) being served, by name.
 	CertificateExpiry *prometheus.GaugeVec
+	// MemberAccess is 1 for the way the gateway reaches member clusters
+	// (mode "cluster-proxy" or "direct"), so dashboards and alerts can
+	// tell the replicas' paths apart.
+	MemberAccess *prometheus.GaugeVec
+	// MemberConnections is the number of connections open to each member
+	// cluster in direct mode, idle ones in the pools included.
+	MemberConnections *prometheus.GaugeVec
+	// MemberDialsTotal counts connections dialed to each member cluster
+	// (or its proxy) in direct mode, by result (success, error).
+	MemberDialsTotal *prometheus.CounterVec
+	// MemberTransportRebuildsTotal counts the times a member's connections
+	// were closed because what they were trusted on changed, by cluster and
+	// reason: "config_changed" (endpoint, CA, TLS or proxy of its Cluster or
+	// Secret), "cluster_deleted".
+	MemberTransportRebuildsTotal *prometheus.CounterVec
 }
+
+// Member access modes label MemberAccess.
+const (
+	MemberAccessClusterProxy = "cluster-proxy"
+	MemberAccessDirect       = "direct"
+)
 
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
@@ -168,6 +189,22 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "certificate_expiry_timestamp_seconds",
 			Help: "NotAfter, in Unix seconds, of the certificate in use (for a CA bundle, of its first certificate to expire), by name (serving, client-ca).",
 		}, []string{"name"}),
+		MemberAccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "member_access",
+			Help: "1 for the way this gateway reaches member clusters (mode: cluster-proxy through karmada-apiserver, or direct).",
+		}, []string{"mode"}),
+		MemberConnections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "member_connections",
+			Help: "Connections open to each member cluster in direct mode, idle pooled ones included.",
+		}, []string{"cluster"}),
+		MemberDialsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "member_dials_total",
+			Help: "Connections dialed to member clusters (or their proxies) in direct mode, by cluster and result (success, error).",
+		}, []string{"cluster", "result"}),
+		MemberTransportRebuildsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "member_transport_rebuilds_total",
+			Help: "Times a member's direct connections were all closed, by cluster and reason (config_changed, cluster_deleted).",
+		}, []string{"cluster", "reason"}),
 	}
 	// The routes a member can cut start at 0: a cut is rare, and a series
 	// that only appears with the first one hides it from increase() and
@@ -182,6 +219,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.ResolveTotal, m.ResolveAmbiguousTotal, m.LabelerPatchesTotal, m.LabelLatency,
 		m.LabelerLeader, m.CacheObjects, m.AuthDecisionsTotal, m.StreamLimitRejectionsTotal,
 		m.StreamCutsTotal, m.MemberEventsUnavailableTotal, m.CertificateReloadsTotal, m.CertificateExpiry,
+		m.MemberAccess, m.MemberConnections, m.MemberDialsTotal, m.MemberTransportRebuildsTotal,
 	)
 	return m
 }

@@ -6,12 +6,13 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 // EventsMerger answers the events requests it claims in place of
 // karmada-apiserver alone. *memberevents.Merger implements it; it reaches
 // upstream only through the Proxy it was built with (PassThrough, Get,
-// GetAuthorized, HoldStream, Fail, CountAs), so routing, identities, stream
+// GetMember, HoldStream, Fail, CountAs), so routing, identities, stream
 // limits and errors stay the proxy's.
 type EventsMerger interface {
 	// Claims reports whether the merger answers r.
@@ -66,25 +67,29 @@ func (p *Proxy) Get(ctx context.Context, r *http.Request, pathAndQuery, accept s
 	return p.getAccepting(ctx, r, stateFrom(r.Context()).caller, pathAndQuery, accept)
 }
 
-// GetAuthorized is Get for a read the caller's own RBAC may not reach, such
-// as a member's through the cluster proxy: in passthrough mode it carries
-// the caller's headers as they came, so the member's RBAC for the caller
-// applies; in authorize mode the gateway's identity, each read allowed
-// first by the Authorizer as rr, so callers keep the RBAC they have in
-// karmada-apiserver and need nothing in members.
-func (p *Proxy) GetAuthorized(ctx context.Context, r *http.Request, rr identity.ResourceRequest, pathAndQuery, accept string) (*http.Response, error) {
-	as := upstreamIdentity{}
+// GetMember GETs pathAndQuery below cluster's kube-apiserver, as the proxy
+// reaches it (its cluster proxy, or directly), for a read the caller's own
+// RBAC in karmada-apiserver may not reach: in passthrough mode as the
+// caller, so the member's RBAC for the caller applies (through the cluster
+// proxy its headers go as they came); in authorize mode as the gateway, each
+// read allowed first by the Authorizer as rr, so callers keep the RBAC they
+// have in karmada-apiserver and need nothing in members.
+func (p *Proxy) GetMember(ctx context.Context, r *http.Request, rr identity.ResourceRequest, cluster, pathAndQuery, accept string) (*http.Response, error) {
+	var authorize func(context.Context) error
 	if p.authMode == AuthAuthorize {
-		as = upstreamIdentity{
-			gateway:    true,
-			editHeader: identity.StripHeaders,
-			authorize: func(ctx context.Context) error {
-				_, err := p.authorizer.AuthorizeResource(ctx, r, rr)
-				return err
-			},
+		authorize = func(ctx context.Context) error {
+			_, err := p.authorizer.AuthorizeResource(ctx, r, rr)
+			return err
 		}
 	}
-	return p.getAccepting(ctx, r, as, pathAndQuery, accept)
+	if p.members != nil {
+		return p.getFromMember(ctx, r, cluster, pathAndQuery, accept, authorize)
+	}
+	as := upstreamIdentity{}
+	if authorize != nil {
+		as = upstreamIdentity{gateway: true, editHeader: identity.StripHeaders, authorize: authorize}
+	}
+	return p.getAccepting(ctx, r, as, karmada.ClusterProxyPath(cluster, pathAndQuery), accept)
 }
 
 // HoldStream takes r's stream slot; over a limit it answers 429 and

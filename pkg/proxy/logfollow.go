@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
 )
@@ -43,11 +42,14 @@ func (p *Proxy) watchLogFollow(res *http.Response) {
 	}
 	logger := klog.FromContext(out.Context()).WithValues("route", state.route, "cluster", state.cluster,
 		"namespace", state.pod.Namespace, "pod", state.pod.Name, "container", out.URL.Query().Get("container"))
-	path := karmada.ClusterProxyPath(state.cluster, "/api/v1/namespaces/"+state.pod.Namespace+"/pods/"+state.pod.Name) + "?resourceVersion=0"
+	path := p.memberPath(state.cluster, "/api/v1/namespaces/"+state.pod.Namespace+"/pods/"+state.pod.Name) + "?resourceVersion=0"
 	streamfollow.FollowLog(res, streamfollow.LogFollowOptions{
 		Window: p.logEndWindow, Interval: logEndPollInterval,
 		Get: func(ctx context.Context) (*http.Response, error) {
 			// With the identity the log request went with.
+			if m := state.member; m != nil {
+				return p.getMemberAs(ctx, out, m, nil, path, "application/json")
+			}
 			return p.getAccepting(ctx, out, upstreamIdentity{gateway: state.gatewayIdentity}, path, "application/json")
 		},
 		OnVerdict: func(verdict streamfollow.LogEnd, err error) {

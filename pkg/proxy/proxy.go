@@ -25,7 +25,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/inflight"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
@@ -108,6 +108,12 @@ type Options struct {
 	// ForwardedFor says what becomes of a client's X-Forwarded-For;
 	// "" is ForwardedForAppend.
 	ForwardedFor ForwardedFor
+	// Members, when set, reaches member clusters' kube-apiservers directly
+	// (--member-access=direct) rather than through Karmada's cluster proxy
+	// in karmada-apiserver; see direct.go. In passthrough mode it needs an
+	// Authorizer, which authenticates callers and authorizes clusters/proxy
+	// for them as karmada-apiserver would.
+	Members MemberAccess
 	// StreamEndWait bounds how long Shutdown, once its context ended and
 	// it ended the requests still open, waits for them to write their
 	// audit events and recordings; 0 is DefaultStreamEndWait.
@@ -149,6 +155,10 @@ type Proxy struct {
 	reviews *callerReviews
 	// forwardedFor is Options.ForwardedFor, defaulted.
 	forwardedFor ForwardedFor
+	// members reaches members directly (nil: through the cluster proxy);
+	// self is the gateway's identity, which they act as in authorize mode.
+	members MemberAccess
+	self    *gatewaySelf
 }
 
 // New builds a Proxy from opts.
@@ -160,6 +170,9 @@ func New(opts Options) (*Proxy, error) {
 	case "":
 		opts.AuthMode = AuthPassthrough
 	case AuthPassthrough:
+		if opts.Members != nil && opts.Authorizer == nil {
+			return nil, errors.New("proxy: direct member access in passthrough mode requires an Authorizer")
+		}
 	case AuthAuthorize:
 		if opts.Authorizer == nil {
 			return nil, errors.New("proxy: authorize mode requires an Authorizer")
@@ -209,7 +222,14 @@ func New(opts Options) (*Proxy, error) {
 		headerTimeout: opts.UpstreamHeaderTimeout,
 		streamEndWait: opts.StreamEndWait,
 		forwardedFor:  opts.ForwardedFor,
+		members:       opts.Members,
 	}
+	access := metrics.MemberAccessClusterProxy
+	if p.members != nil {
+		access = metrics.MemberAccessDirect
+		p.self = &gatewaySelf{reviews: newCallerReviews(p.upstream.For(true, false), strings.TrimSuffix(p.upstream.Base.String(), "/")), now: time.Now}
+	}
+	p.metrics.MemberAccess.WithLabelValues(access).Set(1)
 	if p.auditor != nil && p.authMode == AuthPassthrough {
 		p.reviews = newCallerReviews(p.upstream.For(false, false), strings.TrimSuffix(p.upstream.Base.String(), "/"))
 	}
@@ -257,7 +277,10 @@ type requestState struct {
 	upstreamName string // for error messages and logs
 	// cluster is the member a rewritten request goes to; pod, for pod
 	// subresources, the pod. Streams name them when a member cuts them.
+	// member, in direct mode, is how it is reached (nil: through
+	// karmada-apiserver).
 	cluster string
+	member  *memberaccess.Member
 	pod     PodRequest
 	// placement is what resolving the pod learnt: the template's and the
 	// member pod's UIDs, for the audit events (resolvePod).
@@ -365,7 +388,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the pod.
 	if p.authMode == AuthAuthorize {
-		if state.upgrade {
+		if state.upgrade && p.members == nil {
 			// The upgrade will need a connection as the gateway: dial it
 			// while the caller is authorized (nothing is sent on it before).
 			p.upstream.WarmUp(true)
@@ -396,7 +419,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := "/api/v1/namespaces/" + pr.Namespace + "/pods/" + pr.Name + "/" + pr.Subresource
-	if !routeToCluster(w, state, logger, cluster, "pod "+pr.Namespace+"/"+pr.Name, path, "", "") {
+	if !p.routeToCluster(w, r, logger, cluster, "pod "+pr.Namespace+"/"+pr.Name, path, "", "") {
 		return
 	}
 	if p.recorder != nil && state.upgrade {
@@ -433,24 +456,30 @@ func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr id
 	return logger.WithValues("user", caller.Name), true
 }
 
-// routeToCluster points the request at prefix+rest below the cluster proxy
-// of cluster (restPath is rest decoded; rest is sent as the escaped form
-// when they differ). A cluster name that is not a DNS label could change
-// the path, so it is refused with a 500 naming object.
-func routeToCluster(w http.ResponseWriter, state *requestState, logger klog.Logger, cluster, object, prefix, rest, restPath string) bool {
+// routeToCluster points the request at prefix+rest below cluster: its
+// cluster proxy, or its kube-apiserver in direct mode (restPath is rest
+// decoded; rest is sent as the escaped form when they differ). A cluster
+// name that is not a DNS label could change the path, so it is refused
+// with a 500 naming object. Otherwise the Status is written and it returns
+// false.
+func (p *Proxy) routeToCluster(w http.ResponseWriter, r *http.Request, logger klog.Logger, cluster, object, prefix, rest, restPath string) bool {
+	state := stateFrom(r.Context())
 	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
 		logger.Error(nil, "Resolver returned an invalid cluster name", "cluster", cluster)
 		apiresponse.WriteStatus(w, apierrors.NewInternalError(fmt.Errorf("invalid member cluster name %q for %s", cluster, object)))
 		return false
 	}
-	base := karmada.ClusterProxyPath(cluster, prefix)
-	state.upstreamName = upstream.ClusterProxyName(cluster)
 	state.cluster = cluster
-	state.path = base + restPath
-	state.rawPath = ""
+	base := p.memberPath(cluster, prefix)
+	path, rawPath := base+restPath, ""
 	if rest != restPath {
-		state.rawPath = base + rest
+		rawPath = base + rest
 	}
+	if p.members != nil {
+		return p.routeToMember(w, r, state, cluster, path, rawPath)
+	}
+	state.upstreamName = upstream.ClusterProxyName(cluster)
+	state.path, state.rawPath = path, rawPath
 	return true
 }
 
@@ -475,7 +504,7 @@ func (p *Proxy) admittedByKarmada(w http.ResponseWriter, r *http.Request, resour
 	if !p.holdStream(w, r, state) { // a refused stream sends nothing upstream, the check included
 		return false
 	}
-	if state.upgrade {
+	if state.upgrade && p.members == nil {
 		// The upgrade will need a new connection: dial it while
 		// karmada-apiserver judges the caller. Nothing is sent on it
 		// before the check allowed the request.
@@ -598,6 +627,9 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 	state := stateFrom(pr.In.Context())
 	out := pr.Out
 	base := p.upstream.Base
+	if state.member != nil {
+		base = state.member.Base
+	}
 	out.URL.Scheme = base.Scheme
 	out.URL.Host = base.Host
 	out.URL.Path = base.Path + state.path
@@ -617,6 +649,9 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 	state := stateFrom(req.Context())
 	rt := p.upstream.For(state.gatewayIdentity, state.upgrade)
+	if state.member != nil {
+		rt = state.member.For(state.upgrade)
+	}
 	if state.phases == nil {
 		return upstream.RoundTripWithin(rt, req, p.headerTimeout, state.upstreamName)
 	}
@@ -676,8 +711,12 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		if !state.gatewayIdentity {
 			p.credentialAccepted(res.Request, res.StatusCode)
 		}
-		if err := upstream.ReportMemberUnreachable(res, state.cluster, podSubresourceRoute(state.route)); err != nil {
-			return err
+		// A member's own answers in direct mode are relayed as they are:
+		// only the cluster proxy's failures need telling apart.
+		if state.member == nil {
+			if err := upstream.ReportMemberUnreachable(res, state.cluster, podSubresourceRoute(state.route)); err != nil {
+				return err
+			}
 		}
 	}
 	if res.StatusCode == http.StatusOK {
@@ -719,6 +758,10 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 		logger.V(4).Info("Client cancelled the request", "err", err)
 		state.clientGone = true
 	default:
+		if state.member != nil {
+			// A dialer's error may quote the member's proxy URL.
+			err = errors.New(state.member.Scrub(err.Error()))
+		}
 		logger.Error(err, "Upstream unreachable")
 		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("error trying to reach %s: %v", state.upstreamName, err)))
 	}

@@ -234,7 +234,7 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 		return
 	}
 	prefix := "/api/v1/namespaces/" + pr.Namespace + "/" + pr.Resource + "/" + pr.Segment + "/proxy"
-	if !routeToCluster(w, state, logger, cluster, strings.TrimSuffix(pr.Resource, "s")+" "+pr.Namespace+"/"+pr.Name, prefix, pr.Rest, pr.RestPath) {
+	if !p.routeToCluster(w, r, logger, cluster, strings.TrimSuffix(pr.Resource, "s")+" "+pr.Namespace+"/"+pr.Name, prefix, pr.Rest, pr.RestPath) {
 		return
 	}
 	logger.V(4).Info("Rewriting proxy subresource to cluster proxy", "cluster", cluster)

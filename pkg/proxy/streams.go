@@ -30,6 +30,9 @@ func (p *Proxy) followStream(res *http.Response) error {
 		return nil
 	}
 	route, where, via := state.route, state.upstreamName, upstream.Karmada
+	if state.member != nil {
+		via = state.upstreamName
+	}
 	logger := klog.FromContext(res.Request.Context()).WithValues("route", route, "upstream", state.upstreamName)
 	if state.cluster != "" {
 		where = fmt.Sprintf("member cluster %q", state.cluster)

@@ -8,6 +8,7 @@ target=karmadaApiserver renders them as release resources.
 {{- define "gateway.karmadaRBAC" -}}
 {{- $name := include "gateway.fullname" . -}}
 {{- $authorize := eq .Values.auth.mode "authorize" -}}
+{{- $direct := eq .Values.memberAccess.mode "direct" -}}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -37,14 +38,18 @@ rules:
   - apiGroups: [config.karmada.io]
     resources: [resourceinterpretercustomizations]
     verbs: [list]
-{{- if $authorize }}
-  # authorize mode: authenticate and authorize callers
+{{- if or $authorize $direct }}
+  # authorize mode, and direct member access (which judges passthrough
+  # callers as karmada-apiserver's cluster proxy would): authenticate and
+  # authorize callers
   - apiGroups: [authentication.k8s.io]
     resources: [tokenreviews]
     verbs: [create]
   - apiGroups: [authorization.k8s.io]
     resources: [subjectaccessreviews]
     verbs: [create]
+{{- end }}
+{{- if $authorize }}
 {{- if .Values.auth.clientCA.secretName }}
   # authorize mode with client certificates: non-pod routes go upstream as the caller
   - apiGroups: [""]
@@ -106,6 +111,39 @@ roleRef:
 subjects:
   {{- include "gateway.identitySubjects" . | indent 2 }}
   {{- include "gateway.serviceAccountGroupSubjects" . | indent 2 }}
+{{- end }}
+{{- if $direct }}
+{{- range .Values.memberAccess.secretNamespaces }}
+---
+# direct member access: the Secrets Clusters name in {{ . }} (their caBundle
+# and impersonator token), read by informers (list and watch cannot be
+# narrowed to names). Never Secrets cluster-wide.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}-member-secrets
+  namespace: {{ . }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}-member-secrets
+  namespace: {{ . }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}-member-secrets
+subjects:
+  {{- include "gateway.identitySubjects" $ | indent 2 }}
+{{- end }}
 {{- end }}
 {{- if include "gateway.leaseNeeded" . }}
 ---

@@ -1,0 +1,627 @@
+package memberaccess
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+const secretNS = "karmada-cluster"
+
+// memberServer is a member's kube-apiserver as far as the transport sees
+// it: TLS 1.3 with its own CA, HTTP/2 offered, upgrades answered with a
+// 101 whose connection stays open until either side closes it.
+type memberServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []*http.Request
+	upgraded chan net.Conn
+}
+
+func newMemberServer(t *testing.T) *memberServer {
+	t.Helper()
+	ms := &memberServer{upgraded: make(chan net.Conn, 4)}
+	ms.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ms.mu.Lock()
+		ms.requests = append(ms.requests, r)
+		ms.mu.Unlock()
+		if r.Header.Get("Upgrade") != "" {
+			conn, buf, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + r.Header.Get("Upgrade") + "\r\n\r\n")
+			_ = buf.Flush()
+			ms.upgraded <- conn
+			return
+		}
+		_, _ = io.WriteString(w, r.Proto)
+	}))
+	ms.EnableHTTP2 = true
+	ms.StartTLS()
+	t.Cleanup(ms.Close)
+	return ms
+}
+
+func (ms *memberServer) caPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ms.Certificate().Raw})
+}
+
+func (ms *memberServer) last(t *testing.T) *http.Request {
+	t.Helper()
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if len(ms.requests) == 0 {
+		t.Fatal("the member got no request")
+	}
+	return ms.requests[len(ms.requests)-1]
+}
+
+type harness struct {
+	dyn  *dynamicfake.FakeDynamicClient
+	kube *kubefake.Clientset
+	inf  *karmada.Informers
+	m    *Members
+	met  *metrics.Metrics
+}
+
+func cluster(name, endpoint string) *karmada.Cluster {
+	return &karmada.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: karmada.ClusterSpec{
+			APIEndpoint:           endpoint,
+			SecretRef:             &karmada.LocalSecretRef{Namespace: secretNS, Name: name},
+			ImpersonatorSecretRef: &karmada.LocalSecretRef{Namespace: secretNS, Name: name + "-impersonator"},
+		},
+	}
+}
+
+func secret(name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secretNS, Name: name}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+func toUnstructured(t *testing.T, c *karmada.Cluster) *unstructured.Unstructured {
+	t.Helper()
+	c = c.DeepCopyObject().(*karmada.Cluster)
+	c.APIVersion = karmada.ClusterGVR.GroupVersion().String()
+	c.Kind = "Cluster"
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: u}
+}
+
+// newHarness runs Members as cmd/gateway builds it: on karmada.NewInformers'
+// Cluster informer and a clientset for Secrets.
+func newHarness(t *testing.T, clusters []*karmada.Cluster, secrets ...*corev1.Secret) *harness {
+	t.Helper()
+	return newHarnessWith(t, nil, clusters, secrets...)
+}
+
+// newHarnessWith is newHarness whose clientset first runs react, and whose
+// requests wait at most a second for a Secret informer.
+func newHarnessWith(t *testing.T, react k8stesting.ReactionFunc, clusters []*karmada.Cluster, secrets ...*corev1.Secret) *harness {
+	t.Helper()
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs := []runtime.Object{}
+	for _, c := range clusters {
+		objs = append(objs, toUnstructured(t, c))
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		karmada.ResourceBindingGVR: "ResourceBindingList",
+		karmada.ClusterGVR:         "ClusterList",
+	}, objs...)
+	secretObjs := []runtime.Object{}
+	for _, s := range secrets {
+		secretObjs = append(secretObjs, s)
+	}
+	kube := kubefake.NewClientset(secretObjs...)
+	if react != nil {
+		kube.PrependReactor("*", "secrets", react)
+	}
+	inf, err := karmada.NewInformers(karmada.InformersOptions{Metadata: metadatafake.NewSimpleMetadataClient(scheme), Dynamic: dyn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	met := metrics.New(prometheus.NewRegistry())
+	m, err := New(Options{Clusters: inf.Clusters, Client: kube, Metrics: met, SecretSyncTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf.Start(ctx)
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("informers did not sync")
+	}
+	m.Start(ctx)
+	return &harness{dyn: dyn, kube: kube, inf: inf, m: m, met: met}
+}
+
+// pushMember is a Push member: its Secret holds the CA, the
+// impersonator's its token.
+func pushMember(t *testing.T, name string) (*memberServer, *harness) {
+	t.Helper()
+	ms := newMemberServer(t)
+	h := newHarness(t, []*karmada.Cluster{cluster(name, ms.URL)},
+		secret(name, map[string]string{"caBundle": string(ms.caPEM()), "token": "karmada-agent-token", "unread": "x"}),
+		secret(name+"-impersonator", map[string]string{"token": "impersonator-token"}))
+	return ms, h
+}
+
+func (h *harness) member(t *testing.T, name string) *Member {
+	t.Helper()
+	m, err := h.m.Member(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Member(%s): %v", name, err)
+	}
+	return m
+}
+
+func get(t *testing.T, m *Member, header http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, m.Base.String()+"/api/v1/namespaces/ci/pods/p/log", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	m.SetIdentity(req.Header, identity.Caller{Name: "alice", UID: "u-1", Groups: []string{"ci", identity.GroupAuthenticated, "dev"}, Extra: map[string][]string{"scopes": {"x"}}})
+	res, err := m.For(false).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Body.Close() })
+	return res
+}
+
+func TestMemberSendsKarmadasIdentityHeaders(t *testing.T) {
+	ms, h := pushMember(t, "member1")
+	m := h.member(t, "member1")
+	res := get(t, m, http.Header{
+		"Authorization":            {"Bearer caller-token"},
+		"Impersonate-Extra-Scopes": {"admin"},
+		"Impersonate-Uid":          {"root"},
+		"X-Remote-User":            {"admin"},
+		"Sec-Websocket-Protocol":   {"v5.channel.k8s.io"},
+	})
+	body, _ := io.ReadAll(res.Body)
+	got := ms.last(t)
+	want := http.Header{
+		"Authorization":     {"Bearer impersonator-token"},
+		"Impersonate-User":  {"alice"},
+		"Impersonate-Group": {"ci", "dev"}, // system:authenticated is the member's to add (Karmada's SkipGroup)
+	}
+	for k, v := range want {
+		if g := got.Header.Values(k); strings.Join(g, ",") != strings.Join(v, ",") {
+			t.Errorf("%s = %q, want %q", k, g, v)
+		}
+	}
+	for k := range got.Header {
+		if strings.HasPrefix(k, "Impersonate-") && want[k] == nil || strings.HasPrefix(k, "X-Remote-") {
+			t.Errorf("the member got the client's %s: %q", k, got.Header.Values(k))
+		}
+	}
+	// Plain requests speak HTTP/2 where the member offers it; TLS 1.3 at
+	// least, as Karmada dials.
+	if string(body) != "HTTP/2.0" {
+		t.Errorf("plain request went as %s, want HTTP/2.0", body)
+	}
+	if res.TLS == nil || res.TLS.Version != tls.VersionTLS13 {
+		t.Errorf("TLS = %+v, want TLS 1.3", res.TLS)
+	}
+}
+
+func TestMemberPoolsConnections(t *testing.T) {
+	_, h := pushMember(t, "member1")
+	for range 5 {
+		res := get(t, h.member(t, "member1"), nil)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	// Karmada's cluster proxy would have dialed five times.
+	if got := testutil.ToFloat64(h.met.MemberDialsTotal.WithLabelValues("member1", "success")); got != 1 {
+		t.Errorf("dials = %v, want 1 for five requests", got)
+	}
+	if got := testutil.ToFloat64(h.met.MemberConnections.WithLabelValues("member1")); got != 1 {
+		t.Errorf("open connections = %v, want 1", got)
+	}
+}
+
+func TestMemberUpgradesOverHTTP1(t *testing.T) {
+	ms, h := pushMember(t, "member1")
+	res := upgrade(t, h.member(t, "member1"))
+	res.Body.Close()
+	if got := ms.last(t); got.ProtoMajor != 1 {
+		t.Errorf("upgrade went as %s, want HTTP/1.1", got.Proto)
+	}
+}
+
+func upgrade(t *testing.T, m *Member) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, m.Base.String()+"/api/v1/namespaces/ci/pods/p/exec", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "SPDY/3.1")
+	m.SetIdentity(req.Header, identity.Caller{Name: "alice"})
+	res, err := m.For(true).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %s", res.Status)
+	}
+	return res
+}
+
+func TestMemberRefusals(t *testing.T) {
+	ms := newMemberServer(t)
+	noImpersonator := cluster("noimp", ms.URL)
+	noImpersonator.Spec.ImpersonatorSecretRef = nil
+	missingSecret := cluster("nosecret", ms.URL)
+	badProxy := cluster("badproxy", ms.URL)
+	badProxy.Spec.ProxyURL = "http://user:hunter2@[::1"
+	emptyToken := cluster("emptytoken", ms.URL)
+	h := newHarness(t, []*karmada.Cluster{noImpersonator, missingSecret, badProxy, emptyToken},
+		secret("badproxy", nil), secret("badproxy-impersonator", map[string]string{"token": "t"}),
+		secret("emptytoken", nil), secret("emptytoken-impersonator", map[string]string{"token": ""}),
+		secret("nosecret", nil))
+	for _, tt := range []struct {
+		cluster string
+		code    int32
+		msg     string
+	}{
+		{"absent", 404, `clusters.cluster.karmada.io "absent" not found`},
+		// Karmada's own words.
+		{"noimp", 503, "the impersonatorSecretRef of cluster noimp is nil"},
+		{"nosecret", 503, "Secret karmada-cluster/nosecret-impersonator not found"},
+		{"badproxy", 503, "the proxyURL of cluster badproxy does not parse"},
+		{"emptytoken", 503, "the impersonate token of cluster emptytoken is empty"},
+	} {
+		t.Run(tt.cluster, func(t *testing.T) {
+			_, err := h.m.Member(context.Background(), tt.cluster)
+			var status apierrors.APIStatus
+			if !errors.As(err, &status) {
+				t.Fatalf("err = %v, want a Status", err)
+			}
+			if s := status.Status(); s.Code != tt.code || !strings.Contains(s.Message, tt.msg) {
+				t.Errorf("Status = %d %q, want %d containing %q", s.Code, s.Message, tt.code, tt.msg)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error quotes the proxy's password: %v", err)
+			}
+		})
+	}
+}
+
+// waitFor polls cond until it holds: the informers apply changes
+// asynchronously.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func TestRotatedTokenAppliesToTheNextRequestAndKeepsConnections(t *testing.T) {
+	ms, h := pushMember(t, "member1")
+	stream := upgrade(t, h.member(t, "member1"))
+	defer stream.Body.Close()
+	serverSide := <-ms.upgraded
+	defer serverSide.Close()
+
+	_, err := h.kube.CoreV1().Secrets(secretNS).Update(context.Background(),
+		secret("member1-impersonator", map[string]string{"token": "rotated"}), metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rotated token", func() bool { return h.member(t, "member1").token == "rotated" })
+	get(t, h.member(t, "member1"), nil)
+	if got := ms.last(t).Header.Get("Authorization"); got != "Bearer rotated" {
+		t.Errorf("Authorization = %q after rotation", got)
+	}
+	// A token is a header of each request: the open stream goes on.
+	if _, err := serverSide.Write([]byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len("still here"))
+	if _, err := io.ReadFull(stream.Body, buf); err != nil {
+		t.Errorf("open stream after a token rotation: %v", err)
+	}
+	if got := testutil.ToFloat64(h.met.MemberTransportRebuildsTotal.WithLabelValues("member1", "config_changed")); got != 0 {
+		t.Errorf("rebuilds = %v after a token rotation, want 0", got)
+	}
+}
+
+// streamClosed reports whether the member's side of an upgraded stream
+// saw it closed.
+func streamClosed(t *testing.T, serverSide net.Conn) {
+	t.Helper()
+	_ = serverSide.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, serverSide)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the open stream was not closed")
+	}
+}
+
+func TestChangedTrustClosesWhatWasBuiltOnIt(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		change func(t *testing.T, h *harness, ms *memberServer)
+		reason string
+	}{
+		{"new CA", func(t *testing.T, h *harness, ms *memberServer) {
+			_, err := h.kube.CoreV1().Secrets(secretNS).Update(context.Background(),
+				secret("member1", map[string]string{"caBundle": string(ms.caPEM()) + "\n", "token": "t"}), metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, "config_changed"},
+		{"new endpoint", func(t *testing.T, h *harness, ms *memberServer) {
+			c := cluster("member1", strings.Replace(ms.URL, "127.0.0.1", "localhost", 1))
+			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), toUnstructured(t, c), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "config_changed"},
+		{"insecureSkipTLSVerification", func(t *testing.T, h *harness, ms *memberServer) {
+			c := cluster("member1", ms.URL)
+			c.Spec.InsecureSkipTLSVerification = true
+			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), toUnstructured(t, c), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "config_changed"},
+		{"cluster deleted", func(t *testing.T, h *harness, ms *memberServer) {
+			if err := h.dyn.Resource(karmada.ClusterGVR).Delete(context.Background(), "member1", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "cluster_deleted"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ms, h := pushMember(t, "member1")
+			stream := upgrade(t, h.member(t, "member1"))
+			defer stream.Body.Close()
+			serverSide := <-ms.upgraded
+			defer serverSide.Close()
+
+			tt.change(t, h, ms)
+			streamClosed(t, serverSide)
+			if got := testutil.ToFloat64(h.met.MemberTransportRebuildsTotal.WithLabelValues("member1", tt.reason)); got != 1 {
+				t.Errorf("rebuilds{%s} = %v, want 1", tt.reason, got)
+			}
+			waitFor(t, "the open connections gauge", func() bool {
+				return testutil.ToFloat64(h.met.MemberConnections.WithLabelValues("member1")) == 0
+			})
+		})
+	}
+}
+
+func TestClusterStatusUpdatesKeepConnections(t *testing.T) {
+	ms, h := pushMember(t, "member1")
+	stream := upgrade(t, h.member(t, "member1"))
+	defer stream.Body.Close()
+	serverSide := <-ms.upgraded
+	defer serverSide.Close()
+	// Karmada updates every Cluster's status every 10 s.
+	c := cluster("member1", ms.URL)
+	c.Status.KubernetesVersion = "v1.37.0"
+	c.Labels = map[string]string{"heartbeat": "1"}
+	if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), toUnstructured(t, c), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the update", func() bool {
+		obj, ok, _ := h.inf.Clusters.GetStore().GetByKey("member1")
+		return ok && obj.(*karmada.Cluster).Labels["heartbeat"] == "1"
+	})
+	h.member(t, "member1")
+	if got := testutil.ToFloat64(h.met.MemberTransportRebuildsTotal.WithLabelValues("member1", "config_changed")); got != 0 {
+		t.Errorf("a status update rebuilt the member's pools (%v)", got)
+	}
+	if _, err := serverSide.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(stream.Body, make([]byte, 1)); err != nil {
+		t.Errorf("open stream after a status update: %v", err)
+	}
+}
+
+// connectProxy is an HTTP CONNECT proxy that records the CONNECTs' headers.
+type connectProxy struct {
+	*httptest.Server
+	mu      sync.Mutex
+	connect []http.Header
+}
+
+func newConnectProxy(t *testing.T) *connectProxy {
+	t.Helper()
+	p := &connectProxy{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			return
+		}
+		p.mu.Lock()
+		p.connect = append(p.connect, r.Header.Clone())
+		p.mu.Unlock()
+		dst, err := net.Dial("tcp", r.Host)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			dst.Close()
+			return
+		}
+		_, _ = conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		go func() {
+			_, _ = io.Copy(dst, buf)
+			dst.Close()
+		}()
+		go func() {
+			_, _ = io.Copy(conn, dst)
+			conn.Close()
+		}()
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestMemberBehindAProxy(t *testing.T) {
+	ms := newMemberServer(t)
+	px := newConnectProxy(t)
+	c := cluster("pull1", ms.URL)
+	c.Spec.SecretRef = nil // a Pull member may report none
+	c.Spec.InsecureSkipTLSVerification = true
+	c.Spec.ProxyURL = px.URL
+	c.Spec.ProxyHeader = map[string]string{"X-Tenant": "a,b", "Proxy-Authorization": "Basic dTpw"}
+	h := newHarness(t, []*karmada.Cluster{c}, secret("pull1-impersonator", map[string]string{"token": "t"}))
+	res := get(t, h.member(t, "pull1"), nil)
+	_, _ = io.Copy(io.Discard, res.Body)
+	stream := upgrade(t, h.member(t, "pull1"))
+	stream.Body.Close()
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	if len(px.connect) != 2 {
+		t.Fatalf("the proxy got %d CONNECTs, want 2 (plain and upgrade pools)", len(px.connect))
+	}
+	for _, hdr := range px.connect {
+		// Karmada splits each value at commas (ParseProxyHeaders).
+		if got := hdr.Values("X-Tenant"); strings.Join(got, "|") != "a|b" {
+			t.Errorf("CONNECT X-Tenant = %q, want [a b]", got)
+		}
+		if got := hdr.Get("Proxy-Authorization"); got != "Basic dTpw" {
+			t.Errorf("CONNECT Proxy-Authorization = %q", got)
+		}
+	}
+}
+
+func TestProxyCredentialsNeverInErrors(t *testing.T) {
+	ms := newMemberServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	for _, proxyURL := range []string{"http://gw:hunter2@" + dead, "socks5://gw:hunter2@" + dead, "https://gw:hunter2@" + dead} {
+		t.Run(proxyURL[:strings.Index(proxyURL, ":")], func(t *testing.T) {
+			c := cluster("pull1", ms.URL)
+			c.Spec.ProxyURL = proxyURL
+			h := newHarness(t, []*karmada.Cluster{c}, secret("pull1", map[string]string{"caBundle": string(ms.caPEM())}),
+				secret("pull1-impersonator", map[string]string{"token": "t"}))
+			m := h.member(t, "pull1")
+			req, _ := http.NewRequest(http.MethodGet, m.Base.String()+"/version", nil)
+			_, err := m.For(false).RoundTrip(req)
+			if err == nil {
+				t.Fatal("a request through a dead proxy succeeded")
+			}
+			if got := m.Scrub(err.Error()); strings.Contains(got, "hunter2") {
+				t.Errorf("scrubbed error quotes the password: %s", got)
+			}
+			// Go's dialers do not quote the proxy URL today; a dialer that
+			// did (a url.Error of the proxy) would be scrubbed.
+			if got := m.Scrub(`proxyconnect "` + proxyURL + `": refused`); strings.Contains(got, "hunter2") || strings.Contains(got, "gw:") {
+				t.Errorf("Scrub left the proxy's credentials: %s", got)
+			}
+		})
+	}
+}
+
+func TestSecretsReadOnlyInReferencedNamespacesAndTrimmed(t *testing.T) {
+	_, h := pushMember(t, "member1")
+	h.member(t, "member1")
+	for _, a := range h.kube.Actions() {
+		if a.GetResource().Resource != "secrets" {
+			continue
+		}
+		if a.GetNamespace() != secretNS {
+			t.Errorf("%s secrets in namespace %q: only %s, which Clusters name, may be read", a.GetVerb(), a.GetNamespace(), secretNS)
+		}
+		if a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("secrets %s: only an informer's list and watch", a.GetVerb())
+		}
+	}
+	for _, inf := range h.m.secrets {
+		for _, obj := range inf.GetStore().List() {
+			s := obj.(*corev1.Secret)
+			for k := range s.Data {
+				if k != "token" && k != "caBundle" {
+					t.Errorf("Secret %s keeps key %q in the cache", s.Name, k)
+				}
+			}
+		}
+	}
+}
+
+// TestProxyHeaderParsing pins Karmada's ParseProxyHeaders: values split
+// at commas, nothing trimmed.
+func TestProxyHeaderParsing(t *testing.T) {
+	got := ProxyHeader(map[string]string{"A": "1,2", "B": " x"})
+	if strings.Join(got["A"], "|") != "1|2" || strings.Join(got["B"], "|") != " x" {
+		t.Errorf("ProxyHeader = %v", got)
+	}
+	if ProxyHeader(nil) != nil {
+		t.Error("no proxyHeader must send none")
+	}
+}
+
+// TestUnreadableSecretsNamespace: a Cluster naming a namespace whose
+// Secrets the gateway may not read gets a 503 that says so, once the wait
+// for them is over.
+func TestUnreadableSecretsNamespace(t *testing.T) {
+	ms := newMemberServer(t)
+	forbidden := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "",
+			errors.New(`User "gateway" cannot list resource "secrets" in the namespace "karmada-cluster"`))
+	}
+	h := newHarnessWith(t, forbidden, []*karmada.Cluster{cluster("member1", ms.URL)})
+	_, err := h.m.Member(context.Background(), "member1")
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != 503 ||
+		!strings.Contains(status.Status().Message, "Secrets of namespace karmada-cluster could not be read") ||
+		!strings.Contains(status.Status().Message, "forbidden") {
+		t.Errorf("err = %v, want a 503 naming the refused namespace", err)
+	}
+}

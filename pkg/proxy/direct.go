@@ -1,0 +1,193 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
+)
+
+// Direct member access (Options.Members, --member-access=direct) sends what
+// the gateway rewrites to the member's kube-apiserver itself, where the
+// default sends it to Karmada's cluster proxy. The member must come to the
+// same decisions either way, so the gateway does what karmada-apiserver
+// and karmada-aggregated-apiserver do for a cluster proxy request:
+//
+//   - passthrough mode: authenticate the caller (TokenReview or client
+//     certificate, with Impersonate-* honoured as kube-apiserver honours
+//     it), authorize clusters/proxy on the Cluster for them with a
+//     SubjectAccessReview (identity.ClusterProxyRequest), then impersonate
+//     them on the member;
+//   - authorize mode: the gateway authorized the caller already, and the
+//     cluster proxy would impersonate the gateway, whose credentials it is
+//     called with: the member sees the gateway's own identity, learned from
+//     karmada-apiserver (gatewaySelf).
+//
+// The impersonation itself, and the connection, are pkg/memberaccess's.
+
+// MemberAccess reaches member clusters' kube-apiservers directly.
+// *memberaccess.Members implements it.
+type MemberAccess interface {
+	// Member is how to reach cluster now; an error is a Status for the
+	// client (404 no such Cluster, 503 one that cannot be reached
+	// directly).
+	Member(ctx context.Context, cluster string) (*memberaccess.Member, error)
+}
+
+// memberName names a member's kube-apiserver in errors and logs.
+func memberName(cluster string) string {
+	return fmt.Sprintf("the kube-apiserver of member cluster %q", cluster)
+}
+
+// routeToMember points a rewritten request at path below cluster's
+// kube-apiserver (rawPath, when set, is its escaped form), acting there as
+// the cluster proxy would act for this caller. Otherwise it writes the
+// Status and returns false.
+func (p *Proxy) routeToMember(w http.ResponseWriter, r *http.Request, state *requestState, cluster, path, rawPath string) bool {
+	ctx := r.Context()
+	state.upstreamName = memberName(cluster)
+	m, err := p.members.Member(ctx, cluster)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Member cluster not reachable directly", "cluster", cluster, "err", err)
+		refuseUpgrade(w, r)
+		apiresponse.WriteStatus(w, err)
+		return false
+	}
+	if state.upgrade {
+		// Dialed while the caller is authorized; nothing is sent on it
+		// before.
+		m.WarmUp()
+	}
+	as, err := p.memberCaller(ctx, r, cluster)
+	if err != nil {
+		refuseUpgrade(w, r)
+		apiresponse.WriteStatus(w, err)
+		return false
+	}
+	state.member = m
+	state.gatewayIdentity = true // never the caller's credentials: a member does not judge them
+	state.editHeader = func(h http.Header) { m.SetIdentity(h, as) }
+	state.path, state.rawPath = path, rawPath
+	return true
+}
+
+// memberCaller is whom a request to cluster acts as on the member: in
+// passthrough mode the caller, once karmada-apiserver says they may use
+// cluster's proxy; in authorize mode the gateway itself.
+func (p *Proxy) memberCaller(ctx context.Context, r *http.Request, cluster string) (identity.Caller, error) {
+	if p.authMode == AuthAuthorize {
+		return p.self.get(ctx)
+	}
+	done := stateFrom(ctx).phases.TimeCheck("authorization")
+	caller, err := p.authorizer.AuthorizeResource(ctx, r, identity.ClusterProxyRequest(r.Method, cluster))
+	done()
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Caller may not use the cluster's proxy", "cluster", cluster, "err", err)
+	}
+	return caller, err
+}
+
+// getFromMember GETs path below cluster's kube-apiserver on r's behalf,
+// asking for accept, acting as memberCaller says (authorize, when set,
+// must allow it first). It is what getAccepting is for karmada-apiserver.
+func (p *Proxy) getFromMember(ctx context.Context, r *http.Request, cluster, pathAndQuery, accept string, authorize func(context.Context) error) (*http.Response, error) {
+	if authorize != nil {
+		if err := authorize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	m, err := p.members.Member(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	as, err := p.memberCaller(ctx, r, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return p.getMemberAs(ctx, r, m, func(h http.Header) { m.SetIdentity(h, as) }, pathAndQuery, accept)
+}
+
+// getMemberAs GETs pathAndQuery below m with r's headers, edited by edit.
+func (p *Proxy) getMemberAs(ctx context.Context, r *http.Request, m *memberaccess.Member, edit func(http.Header), pathAndQuery, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.Base.String()+pathAndQuery, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = checkHeader(r, upstreamIdentity{editHeader: edit}, accept)
+	p.setForwarded(r, req.Header)
+	res, err := upstream.RoundTripWithin(m.For(false), req, p.headerTimeout, memberName(m.Cluster))
+	if err != nil {
+		return nil, errors.New(m.Scrub(err.Error()))
+	}
+	return res, nil
+}
+
+// memberPath is path below the cluster proxy of cluster, or below the
+// member's own kube-apiserver in direct mode.
+func (p *Proxy) memberPath(cluster, path string) string {
+	if p.members != nil {
+		return path
+	}
+	return karmada.ClusterProxyPath(cluster, path)
+}
+
+// gatewaySelfTTL bounds how long the gateway's identity is reused: a
+// rotated credential (a new client certificate) may name another user.
+const gatewaySelfTTL = 10 * time.Minute
+
+// gatewaySelf is the gateway's own identity in karmada-apiserver, which
+// authorize mode has a member act as in direct mode, as the cluster proxy
+// acts as whoever calls it. It is learned from a SelfSubjectReview with the
+// gateway's credentials when first needed and again after gatewaySelfTTL;
+// a failed review is a 503 for the request that needed it.
+type gatewaySelf struct {
+	reviews *callerReviews
+	now     func() time.Time
+	flight  singleflight.Group
+
+	mu      sync.Mutex
+	caller  identity.Caller
+	err     error
+	expires time.Time
+}
+
+// gatewaySelfRetry is how long a failed review's 503 is reused, so that a
+// burst of requests while karmada-apiserver is down costs one review.
+const gatewaySelfRetry = 2 * time.Second
+
+func (s *gatewaySelf) get(ctx context.Context) (identity.Caller, error) {
+	s.mu.Lock()
+	if s.now().Before(s.expires) {
+		defer s.mu.Unlock()
+		return s.caller, s.err
+	}
+	s.mu.Unlock()
+	_, _, _ = s.flight.Do("", func() (any, error) {
+		caller, err := s.reviews.review(context.WithoutCancel(ctx), "")
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Could not learn the gateway's own identity for direct member access")
+			s.caller, s.expires = identity.Caller{}, s.now().Add(gatewaySelfRetry)
+			s.err = apierrors.NewServiceUnavailable("the gateway could not learn its own identity from karmada-apiserver, which a member cluster reached directly acts as in authorize mode")
+		} else {
+			s.caller, s.err, s.expires = caller, nil, s.now().Add(gatewaySelfTTL)
+		}
+		return nil, nil
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.caller, s.err
+}

@@ -1,0 +1,211 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess/memberaccesstest"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
+)
+
+// gatewaySA is whom the gateway's own credentials authenticate as in
+// directHarness's karmada-apiserver.
+const gatewaySA = "system:serviceaccount:karmada-system:karmada-exec-gateway"
+
+// directHarness is a gateway in direct mode between a karmada-apiserver
+// that admits every caller and member clusters' kube-apiservers that record
+// what reaches them.
+type directHarness struct {
+	karmada     *proxytest.RecordingUpstream
+	selfReviews atomic.Int32
+	member      *proxytest.RecordingUpstream
+	authz       *proxytest.Authorizer
+	p           *Proxy
+	met         *metrics.Metrics
+}
+
+func newDirectHarness(t *testing.T, mode AuthMode, authz *proxytest.Authorizer, members ...memberaccesstest.Member) *directHarness {
+	t.Helper()
+	h := &directHarness{karmada: &proxytest.RecordingUpstream{}, member: &proxytest.RecordingUpstream{}, authz: authz}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if proxytest.IsSelfSubjectReview(r) && r.Header.Get("Authorization") == "Bearer gateway-token" {
+			h.selfReviews.Add(1)
+			proxytest.WriteJSON(w, http.StatusCreated, map[string]any{"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+				"status": map[string]any{"userInfo": map[string]any{"username": gatewaySA, "uid": "sa-uid",
+					"groups": []string{"system:serviceaccounts", "system:serviceaccounts:karmada-system", "system:authenticated"},
+					"extra":  map[string][]string{"authentication.kubernetes.io/pod-name": {"gw-0"}}}}})
+			return
+		}
+		h.karmada.ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	if len(members) == 0 {
+		srv := httptest.NewUnstartedServer(h.member)
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		members = []memberaccesstest.Member{{Name: proxytest.Cluster, Server: srv, Token: "impersonator-token"}}
+	}
+	h.met = metrics.New(prometheus.NewRegistry())
+	h.p = newTestProxy(t, Options{
+		Upstream: &rest.Config{Host: up.URL, BearerToken: "gateway-token"}, AuthMode: mode, Authorizer: authz, Metrics: h.met,
+		Members: memberaccesstest.New(t, h.met, members...),
+	})
+	return h
+}
+
+func (h *directHarness) serve(t *testing.T, method, target string, header http.Header) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.p.ServeHTTP(rec, proxytest.RawRequest(t, method, target, header, ""))
+	return rec
+}
+
+var callerHeaders = http.Header{
+	"Authorization":            {"Bearer caller-token"},
+	"Impersonate-User":         {"bob"},
+	"Impersonate-Extra-Scopes": {"all"},
+	"X-Remote-User":            {"admin"},
+}
+
+func TestDirectActsAsTheCallerInPassthroughMode(t *testing.T) {
+	caller := identity.Caller{Name: "bob", UID: "uid-bob", Groups: []string{"ci", "system:authenticated"}, Extra: map[string][]string{"scopes": {"all"}}}
+	for _, tt := range []struct {
+		method, target, memberPath, verb string
+	}{
+		{http.MethodPost, "/api/v1/namespaces/ci/pods/p/exec?command=id&stdout=true", "/api/v1/namespaces/ci/pods/p/exec", "create"},
+		{http.MethodGet, "/api/v1/namespaces/ci/pods/p/log?follow=false", "/api/v1/namespaces/ci/pods/p/log", "get"},
+		{http.MethodPut, "/api/v1/namespaces/ci/pods/p:8080/proxy/a%2Fb?x=1", "/api/v1/namespaces/ci/pods/p:8080/proxy/a%2Fb", "update"},
+	} {
+		t.Run(tt.method+" "+tt.memberPath, func(t *testing.T) {
+			h := newDirectHarness(t, AuthPassthrough, &proxytest.Authorizer{Caller: caller})
+			rec := h.serve(t, tt.method, tt.target, callerHeaders)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code %d: %s", rec.Code, rec.Body)
+			}
+			// karmada-apiserver judges the caller as through the cluster
+			// proxy: the admission check with their own headers, then
+			// clusters/proxy on the Cluster with the method's verb.
+			want := identity.ResourceRequest{Verb: tt.verb, Group: "cluster.karmada.io", Resource: "clusters", Subresource: "proxy", Name: proxytest.Cluster}
+			if got := h.authz.Authorized(); len(got) != 1 || got[0] != want {
+				t.Errorf("authorized %+v, want %+v", got, want)
+			}
+			if got := h.karmada.Requests(); len(got) != 0 {
+				t.Errorf("karmada-apiserver carried %d requests (%s): direct mode must not ride the cluster proxy", len(got), got[0].Path)
+			}
+			got := h.member.Requests()
+			if len(got) != 1 {
+				t.Fatalf("member got %d requests, want 1", len(got))
+			}
+			m := got[0]
+			if escaped := strings.SplitN(m.RequestURI, "?", 2)[0]; escaped != tt.memberPath {
+				t.Errorf("member path %q, want %q", escaped, tt.memberPath)
+			}
+			if q := strings.SplitN(tt.target, "?", 2)[1]; m.RawQuery != q {
+				t.Errorf("query %q, want %q", m.RawQuery, q)
+			}
+			wantHeader := http.Header{
+				"Authorization":     {"Bearer impersonator-token"},
+				"Impersonate-User":  {"bob"},
+				"Impersonate-Group": {"ci"},
+			}
+			for k, v := range wantHeader {
+				if g := m.Header.Values(k); strings.Join(g, "|") != strings.Join(v, "|") {
+					t.Errorf("member got %s %q, want %q", k, g, v)
+				}
+			}
+			for k := range m.Header {
+				if strings.HasPrefix(k, "X-Remote-") || strings.HasPrefix(k, "Impersonate-") && wantHeader[k] == nil {
+					t.Errorf("client identity header %s reached the member: %q", k, m.Header[k])
+				}
+			}
+		})
+	}
+}
+
+func TestDirectRefusesWhatKarmadaRefuses(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "cluster.karmada.io", Resource: "clusters"}, proxytest.Cluster,
+		io.EOF) // the message is pkg/auth's; its shape is TestForbiddenMessage's
+	h := newDirectHarness(t, AuthPassthrough, &proxytest.Authorizer{Caller: identity.Caller{Name: "bob"}, Deny: forbidden})
+	rec := h.serve(t, http.MethodPost, "/api/v1/namespaces/ci/pods/p/exec?command=id", callerHeaders)
+	if rec.Code != http.StatusForbidden {
+		t.Errorf("code %d, want 403: %s", rec.Code, rec.Body)
+	}
+	if n := len(h.member.Requests()); n != 0 {
+		t.Errorf("a caller refused clusters/proxy reached the member (%d requests)", n)
+	}
+}
+
+func TestDirectActsAsTheGatewayInAuthorizeMode(t *testing.T) {
+	h := newDirectHarness(t, AuthAuthorize, &proxytest.Authorizer{Caller: identity.Caller{Name: "bob", Groups: []string{"ci"}}})
+	for range 3 {
+		if rec := h.serve(t, http.MethodPost, "/api/v1/namespaces/ci/pods/p/exec?command=id", callerHeaders); rec.Code != http.StatusOK {
+			t.Fatalf("code %d: %s", rec.Code, rec.Body)
+		}
+	}
+	// Authorized as today: the pod subresource, never clusters/proxy.
+	for _, rr := range h.authz.Authorized() {
+		if rr.Resource != "pods" || rr.Subresource != "exec" {
+			t.Errorf("authorized %+v in authorize mode", rr)
+		}
+	}
+	// The cluster proxy would impersonate whoever calls it: the gateway.
+	for _, m := range h.member.Requests() {
+		if u, g := m.Header.Get("Impersonate-User"), m.Header.Values("Impersonate-Group"); u != gatewaySA ||
+			strings.Join(g, "|") != "system:serviceaccounts|system:serviceaccounts:karmada-system" {
+			t.Errorf("member acted as %q %q, want the gateway's identity without system:authenticated", u, g)
+		}
+		if m.Header.Get("Impersonate-Extra-Authentication.kubernetes.io/pod-name") != "" {
+			t.Error("Karmada sends no Impersonate-Extra; neither may direct mode")
+		}
+	}
+	if n := h.selfReviews.Load(); n != 1 {
+		t.Errorf("%d SelfSubjectReviews for three requests, want 1", n)
+	}
+	if got := testutil.ToFloat64(h.met.MemberAccess.WithLabelValues(metrics.MemberAccessDirect)); got != 1 {
+		t.Errorf("member_access{mode=direct} = %v", got)
+	}
+}
+
+func TestDirectStatusesNameTheMember(t *testing.T) {
+	noImp := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(noImp.Close)
+	down := httptest.NewTLSServer(http.NotFoundHandler())
+	down.Close()
+	for _, tt := range []struct {
+		name    string
+		member  memberaccesstest.Member
+		cluster string
+		code    int
+		msg     string
+	}{
+		{"no impersonatorSecretRef", memberaccesstest.Member{Name: "m2", Server: noImp, NoImpersonator: true}, "m2", 503,
+			"the impersonatorSecretRef of cluster m2 is nil"},
+		{"member down", memberaccesstest.Member{Name: "m3", Server: down, Token: "t"}, "m3", 503,
+			`error trying to reach the kube-apiserver of member cluster "m3"`},
+		{"no such Cluster", memberaccesstest.Member{Name: "m4", Server: noImp, Token: "t"}, "ghost", 404,
+			`clusters.cluster.karmada.io "ghost" not found`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newDirectHarness(t, AuthPassthrough, &proxytest.Authorizer{Caller: identity.Caller{Name: "bob"}}, tt.member)
+			h.p.resolver = &proxytest.Resolver{Cluster: tt.cluster}
+			rec := h.serve(t, http.MethodGet, "/api/v1/namespaces/ci/pods/p/log", callerHeaders)
+			st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+			if rec.Code != tt.code || !strings.Contains(st.Message, tt.msg) {
+				t.Errorf("got %d %q, want %d containing %q", rec.Code, st.Message, tt.code, tt.msg)
+			}
+		})
+	}
+}
