@@ -90,19 +90,35 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
+	var (
+		members *memberaccess.Members
+		self    *memberaccess.Self
+	)
+	if o.memberAccess == metrics.MemberAccessDirect {
+		// Secrets are watched only in the namespaces Clusters name, and
+		// only their token and CA keys are kept.
+		members, err = memberaccess.New(memberaccess.Options{Clusters: informers.Clusters, Client: clients.secrets, Resync: o.resync, Metrics: m})
+		if err != nil {
+			return err
+		}
+		self = memberaccess.NewSelf(clients.knownCallers)
+	}
 	ropts := resolver.Options{Informers: informers, Metrics: m}
 	if proxy.AuthMode(o.authMode) == proxy.AuthAuthorize {
 		// The proxy acts as the gateway on what is resolved, so the
 		// Resolver checks, as the gateway, that the member object is the
-		// template's own copy before anything is forwarded to it.
+		// template's own copy before anything is forwarded to it: read
+		// the way the member is reached.
 		ropts.ActsAsGateway = true
-		members, err := karmada.NewMemberMetadata(cfg, o.memberTimeout)
-		if err != nil {
+		var copies resolver.MemberObjects
+		if members != nil {
+			copies = members.Reader(self, o.memberTimeout)
+		} else if copies, err = karmada.NewMemberMetadata(cfg, o.memberTimeout); err != nil {
 			return err
 		}
-		ropts.Members = members
+		ropts.Members = copies
 		if o.memberCopyCacheTTL > 0 {
-			ropts.Members = karmada.NewCachedMemberMetadata(members, o.memberCopyCacheTTL)
+			ropts.Members = karmada.NewCachedMemberMetadata(copies, o.memberCopyCacheTTL)
 		}
 	}
 	res, err := resolver.New(ropts)
@@ -166,15 +182,8 @@ func run(ctx context.Context, o *options) error {
 	if o.enableServiceProxy {
 		popts.ServiceResolver = res
 	}
-	var members *memberaccess.Members
-	if o.memberAccess == metrics.MemberAccessDirect {
-		// Secrets are watched only in the namespaces Clusters name, and
-		// only their token and CA keys are kept.
-		members, err = memberaccess.New(memberaccess.Options{Clusters: informers.Clusters, Client: clients.secrets, Resync: o.resync, Metrics: m})
-		if err != nil {
-			return err
-		}
-		popts.Members = members
+	if members != nil {
+		popts.Members, popts.GatewayIdentity = members, self.Caller
 	}
 	if popts.AuthMode == proxy.AuthAuthorize || popts.Members != nil {
 		// Reviews have budgets of their own (client-go limits each client

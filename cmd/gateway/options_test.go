@@ -16,6 +16,9 @@ func TestValidateServiceProxyInBothModes(t *testing.T) {
 		{[]string{"--insecure-serve-http", "--enable-service-proxy", "--auth-mode=authorize"}, ""},
 		{[]string{"--insecure-serve-http", "--enable-service-proxy", "--auth-mode=bogus"}, `--auth-mode must be "passthrough" or "authorize"`},
 		{[]string{"--insecure-serve-http", "--auth-mode=authorize"}, ""},
+		{[]string{"--insecure-serve-http", "--member-access=direct"}, ""},
+		{[]string{"--insecure-serve-http", "--member-access=direct", "--auth-mode=authorize"}, ""},
+		{[]string{"--insecure-serve-http", "--member-access=proxy"}, `--member-access must be "cluster-proxy" or "direct", not "proxy"`},
 	} {
 		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 		o := bindFlags(fs)

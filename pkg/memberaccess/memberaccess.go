@@ -32,7 +32,10 @@
 //
 // This package decides nothing about callers: the proxy authenticates and
 // authorizes them before it asks for a Member, and says whom the request
-// acts as (Member.SetIdentity).
+// acts as (Member.SetIdentity). Where Karmada's cluster proxy would act as
+// the gateway itself (authorize mode, and the gateway's own reads of member
+// objects: Reader), a member acts as Self, the gateway's identity learned
+// from karmada-apiserver.
 package memberaccess
 
 import (

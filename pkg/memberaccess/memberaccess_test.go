@@ -264,12 +264,20 @@ func TestMemberPoolsConnections(t *testing.T) {
 	}
 }
 
-func TestMemberUpgradesOverHTTP1(t *testing.T) {
+func TestMemberUpgradesOverHTTP1ResumingTLS(t *testing.T) {
 	ms, h := pushMember(t, "member1")
-	res := upgrade(t, h.member(t, "member1"))
-	res.Body.Close()
-	if got := ms.last(t); got.ProtoMajor != 1 {
-		t.Errorf("upgrade went as %s, want HTTP/1.1", got.Proto)
+	for i := range 2 {
+		res := upgrade(t, h.member(t, "member1"))
+		res.Body.Close()
+		got := ms.last(t)
+		if got.ProtoMajor != 1 {
+			t.Errorf("upgrade went as %s, want HTTP/1.1", got.Proto)
+		}
+		// Every upgrade takes a connection of its own: the second resumes
+		// the first one's TLS session, without the certificate exchange.
+		if i == 1 && (got.TLS == nil || !got.TLS.DidResume) {
+			t.Error("the second upgrade's TLS session was not resumed")
+		}
 	}
 }
 

@@ -61,7 +61,7 @@ func (c *callerReviews) lookup(token string) (identity.Caller, error) {
 		return v.(reviewed).user, v.(reviewed).err
 	}
 	v, _, _ := c.flights.Do(key, func() (any, error) {
-		user, err := c.review(context.Background(), token)
+		user, err := c.review(token)
 		r := reviewed{user: user, err: err}
 		ttl := callerReviewTTL
 		if err != nil {
@@ -73,19 +73,15 @@ func (c *callerReviews) lookup(token string) (identity.Caller, error) {
 	return v.(reviewed).user, v.(reviewed).err
 }
 
-// review asks who token authenticates as; an empty token asks who the
-// transport's own credentials are.
-func (c *callerReviews) review(ctx context.Context, token string) (identity.Caller, error) {
-	ctx, cancel := context.WithTimeout(ctx, callerReviewTimeout)
+func (c *callerReviews) review(token string) (identity.Caller, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callerReviewTimeout)
 	defer cancel()
 	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return identity.Caller{}, err
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	res, err := c.rt.RoundTrip(req)

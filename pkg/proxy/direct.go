@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
-	"time"
 
-	"golang.org/x/sync/singleflight"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
@@ -32,8 +29,8 @@ import (
 //     them on the member;
 //   - authorize mode: the gateway authorized the caller already, and the
 //     cluster proxy would impersonate the gateway, whose credentials it is
-//     called with: the member sees the gateway's own identity, learned from
-//     karmada-apiserver (gatewaySelf).
+//     called with: the member sees the gateway's own identity
+//     (Options.GatewayIdentity, learned from karmada-apiserver).
 //
 // The impersonation itself, and the connection, are pkg/memberaccess's.
 
@@ -65,7 +62,7 @@ func (p *Proxy) routeToMember(w http.ResponseWriter, r *http.Request, state *req
 		apiresponse.WriteStatus(w, err)
 		return false
 	}
-	if state.upgrade {
+	if state.upgrade && state.warmedMember != cluster {
 		// Dialed while the caller is authorized; nothing is sent on it
 		// before.
 		m.WarmUp()
@@ -83,12 +80,32 @@ func (p *Proxy) routeToMember(w http.ResponseWriter, r *http.Request, state *req
 	return true
 }
 
+// warmUpMember, in direct mode, has an upgrade's connection to the member
+// that namespace/pod's label names dialed while the caller is checked and
+// the pod resolved: nothing is sent on it before both are done, and a
+// request resolved elsewhere leaves it for the next one (each member keeps
+// a few dialed ahead at most).
+func (p *Proxy) warmUpMember(ctx context.Context, namespace, pod string) {
+	h, ok := p.resolver.(ClusterHinter)
+	if p.members == nil || !ok {
+		return
+	}
+	cluster := h.ClusterHint(namespace, pod)
+	if cluster == "" || len(validation.IsDNS1123Label(cluster)) > 0 {
+		return
+	}
+	if m, err := p.members.Member(ctx, cluster); err == nil {
+		m.WarmUp()
+		stateFrom(ctx).warmedMember = cluster
+	}
+}
+
 // memberCaller is whom a request to cluster acts as on the member: in
 // passthrough mode the caller, once karmada-apiserver says they may use
 // cluster's proxy; in authorize mode the gateway itself.
 func (p *Proxy) memberCaller(ctx context.Context, r *http.Request, cluster string) (identity.Caller, error) {
 	if p.authMode == AuthAuthorize {
-		return p.self.get(ctx)
+		return p.gatewayIdentity(ctx)
 	}
 	done := stateFrom(ctx).phases.TimeCheck("authorization")
 	caller, err := p.authorizer.AuthorizeResource(ctx, r, identity.ClusterProxyRequest(r.Method, cluster))
@@ -141,53 +158,4 @@ func (p *Proxy) memberPath(cluster, path string) string {
 		return path
 	}
 	return karmada.ClusterProxyPath(cluster, path)
-}
-
-// gatewaySelfTTL bounds how long the gateway's identity is reused: a
-// rotated credential (a new client certificate) may name another user.
-const gatewaySelfTTL = 10 * time.Minute
-
-// gatewaySelf is the gateway's own identity in karmada-apiserver, which
-// authorize mode has a member act as in direct mode, as the cluster proxy
-// acts as whoever calls it. It is learned from a SelfSubjectReview with the
-// gateway's credentials when first needed and again after gatewaySelfTTL;
-// a failed review is a 503 for the request that needed it.
-type gatewaySelf struct {
-	reviews *callerReviews
-	now     func() time.Time
-	flight  singleflight.Group
-
-	mu      sync.Mutex
-	caller  identity.Caller
-	err     error
-	expires time.Time
-}
-
-// gatewaySelfRetry is how long a failed review's 503 is reused, so that a
-// burst of requests while karmada-apiserver is down costs one review.
-const gatewaySelfRetry = 2 * time.Second
-
-func (s *gatewaySelf) get(ctx context.Context) (identity.Caller, error) {
-	s.mu.Lock()
-	if s.now().Before(s.expires) {
-		defer s.mu.Unlock()
-		return s.caller, s.err
-	}
-	s.mu.Unlock()
-	_, _, _ = s.flight.Do("", func() (any, error) {
-		caller, err := s.reviews.review(context.WithoutCancel(ctx), "")
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "Could not learn the gateway's own identity for direct member access")
-			s.caller, s.expires = identity.Caller{}, s.now().Add(gatewaySelfRetry)
-			s.err = apierrors.NewServiceUnavailable("the gateway could not learn its own identity from karmada-apiserver, which a member cluster reached directly acts as in authorize mode")
-		} else {
-			s.caller, s.err, s.expires = caller, nil, s.now().Add(gatewaySelfTTL)
-		}
-		return nil, nil
-	})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.caller, s.err
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,8 +21,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
-// gatewaySA is whom the gateway's own credentials authenticate as in
-// directHarness's karmada-apiserver.
+// gatewaySA is the gateway's own identity in directHarness.
 const gatewaySA = "system:serviceaccount:karmada-system:karmada-exec-gateway"
 
 // directHarness is a gateway in direct mode between a karmada-apiserver
@@ -29,7 +29,7 @@ const gatewaySA = "system:serviceaccount:karmada-system:karmada-exec-gateway"
 // what reaches them.
 type directHarness struct {
 	karmada     *proxytest.RecordingUpstream
-	selfReviews atomic.Int32
+	selfReviews atomic.Int32 // GatewayIdentity's calls
 	member      *proxytest.RecordingUpstream
 	authz       *proxytest.Authorizer
 	p           *Proxy
@@ -39,17 +39,7 @@ type directHarness struct {
 func newDirectHarness(t *testing.T, mode AuthMode, authz *proxytest.Authorizer, members ...memberaccesstest.Member) *directHarness {
 	t.Helper()
 	h := &directHarness{karmada: &proxytest.RecordingUpstream{}, member: &proxytest.RecordingUpstream{}, authz: authz}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if proxytest.IsSelfSubjectReview(r) && r.Header.Get("Authorization") == "Bearer gateway-token" {
-			h.selfReviews.Add(1)
-			proxytest.WriteJSON(w, http.StatusCreated, map[string]any{"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
-				"status": map[string]any{"userInfo": map[string]any{"username": gatewaySA, "uid": "sa-uid",
-					"groups": []string{"system:serviceaccounts", "system:serviceaccounts:karmada-system", "system:authenticated"},
-					"extra":  map[string][]string{"authentication.kubernetes.io/pod-name": {"gw-0"}}}}})
-			return
-		}
-		h.karmada.ServeHTTP(w, r)
-	}))
+	up := httptest.NewServer(h.karmada)
 	t.Cleanup(up.Close)
 	if len(members) == 0 {
 		srv := httptest.NewUnstartedServer(h.member)
@@ -62,6 +52,10 @@ func newDirectHarness(t *testing.T, mode AuthMode, authz *proxytest.Authorizer, 
 	h.p = newTestProxy(t, Options{
 		Upstream: &rest.Config{Host: up.URL, BearerToken: "gateway-token"}, AuthMode: mode, Authorizer: authz, Metrics: h.met,
 		Members: memberaccesstest.New(t, h.met, members...),
+		GatewayIdentity: func(context.Context) (identity.Caller, error) {
+			h.selfReviews.Add(1)
+			return identity.Caller{Name: gatewaySA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:karmada-system", "system:authenticated"}}, nil
+		},
 	})
 	return h
 }
@@ -167,12 +161,9 @@ func TestDirectActsAsTheGatewayInAuthorizeMode(t *testing.T) {
 			strings.Join(g, "|") != "system:serviceaccounts|system:serviceaccounts:karmada-system" {
 			t.Errorf("member acted as %q %q, want the gateway's identity without system:authenticated", u, g)
 		}
-		if m.Header.Get("Impersonate-Extra-Authentication.kubernetes.io/pod-name") != "" {
-			t.Error("Karmada sends no Impersonate-Extra; neither may direct mode")
-		}
 	}
-	if n := h.selfReviews.Load(); n != 1 {
-		t.Errorf("%d SelfSubjectReviews for three requests, want 1", n)
+	if n := h.selfReviews.Load(); n != 3 {
+		t.Errorf("the gateway's identity was asked for %d times for three requests, want 3", n)
 	}
 	if got := testutil.ToFloat64(h.met.MemberAccess.WithLabelValues(metrics.MemberAccessDirect)); got != 1 {
 		t.Errorf("member_access{mode=direct} = %v", got)
@@ -205,6 +196,36 @@ func TestDirectStatusesNameTheMember(t *testing.T) {
 			st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
 			if rec.Code != tt.code || !strings.Contains(st.Message, tt.msg) {
 				t.Errorf("got %d %q, want %d containing %q", rec.Code, st.Message, tt.code, tt.msg)
+			}
+		})
+	}
+}
+
+// hintingResolver also guesses the pod's cluster from its label.
+type hintingResolver struct {
+	proxytest.Resolver
+	hint string
+}
+
+func (r *hintingResolver) ClusterHint(string, string) string { return r.hint }
+
+// TestDirectDialsAheadOncePerUpgrade: an upgrade's connection to the member
+// is dialed while the caller is checked, from the pod's label when it has
+// one, and only once.
+func TestDirectDialsAheadOncePerUpgrade(t *testing.T) {
+	for _, hint := range []string{"", proxytest.Cluster} {
+		t.Run("hint "+hint, func(t *testing.T) {
+			h := newDirectHarness(t, AuthPassthrough, &proxytest.Authorizer{Caller: identity.Caller{Name: "bob"}})
+			h.p.resolver = &hintingResolver{Resolver: proxytest.Resolver{Cluster: proxytest.Cluster}, hint: hint}
+			header := callerHeaders.Clone()
+			header.Set("Connection", "Upgrade")
+			header.Set("Upgrade", "SPDY/3.1")
+			rec := h.serve(t, http.MethodPost, "/api/v1/namespaces/ci/pods/p/exec?command=id", header)
+			if rec.Code != http.StatusOK { // the recording member answers 200 to anything
+				t.Fatalf("code %d: %s", rec.Code, rec.Body)
+			}
+			if got := testutil.ToFloat64(h.met.MemberDialsTotal.WithLabelValues(proxytest.Cluster, "success")); got != 1 {
+				t.Errorf("member dialed %v times for one upgrade, want 1", got)
 			}
 		})
 	}

@@ -25,6 +25,14 @@ type PodPlacer interface {
 	ResolvePod(ctx context.Context, namespace, pod string) (resolver.Placement, error)
 }
 
+// ClusterHinter is a Resolver that can guess a pod's cluster from its
+// label without resolving it, so that direct member access dials the
+// member ahead while the caller is checked. *resolver.Resolver implements
+// it.
+type ClusterHinter interface {
+	ClusterHint(namespace, pod string) string
+}
+
 // ServiceResolver maps a federated Service to the member cluster that
 // serves it. *resolver.Resolver implements it.
 type ServiceResolver interface {

@@ -114,6 +114,10 @@ type Options struct {
 	// Authorizer, which authenticates callers and authorizes clusters/proxy
 	// for them as karmada-apiserver would.
 	Members MemberAccess
+	// GatewayIdentity is the gateway's own identity, which a member reached
+	// directly acts as in authorize mode (*memberaccess.Self's Caller);
+	// required with Members in authorize mode.
+	GatewayIdentity func(context.Context) (identity.Caller, error)
 	// StreamEndWait bounds how long Shutdown, once its context ended and
 	// it ended the requests still open, waits for them to write their
 	// audit events and recordings; 0 is DefaultStreamEndWait.
@@ -156,9 +160,9 @@ type Proxy struct {
 	// forwardedFor is Options.ForwardedFor, defaulted.
 	forwardedFor ForwardedFor
 	// members reaches members directly (nil: through the cluster proxy);
-	// self is the gateway's identity, which they act as in authorize mode.
-	members MemberAccess
-	self    *gatewaySelf
+	// gatewayIdentity is whom they act as in authorize mode.
+	members         MemberAccess
+	gatewayIdentity func(context.Context) (identity.Caller, error)
 }
 
 // New builds a Proxy from opts.
@@ -176,6 +180,9 @@ func New(opts Options) (*Proxy, error) {
 	case AuthAuthorize:
 		if opts.Authorizer == nil {
 			return nil, errors.New("proxy: authorize mode requires an Authorizer")
+		}
+		if opts.Members != nil && opts.GatewayIdentity == nil {
+			return nil, errors.New("proxy: direct member access in authorize mode requires the gateway's identity")
 		}
 	default:
 		return nil, fmt.Errorf("proxy: unknown auth mode %q", opts.AuthMode)
@@ -223,11 +230,12 @@ func New(opts Options) (*Proxy, error) {
 		streamEndWait: opts.StreamEndWait,
 		forwardedFor:  opts.ForwardedFor,
 		members:       opts.Members,
+
+		gatewayIdentity: opts.GatewayIdentity,
 	}
 	access := metrics.MemberAccessClusterProxy
 	if p.members != nil {
 		access = metrics.MemberAccessDirect
-		p.self = &gatewaySelf{reviews: newCallerReviews(p.upstream.For(true, false), strings.TrimSuffix(p.upstream.Base.String(), "/")), now: time.Now}
 	}
 	p.metrics.MemberAccess.WithLabelValues(access).Set(1)
 	if p.auditor != nil && p.authMode == AuthPassthrough {
@@ -281,7 +289,10 @@ type requestState struct {
 	// karmada-apiserver).
 	cluster string
 	member  *memberaccess.Member
-	pod     PodRequest
+	// warmedMember is the member an upgrade's connection was dialed ahead
+	// to, from the pod's label (warmUpMember).
+	warmedMember string
+	pod          PodRequest
 	// placement is what resolving the pod learnt: the template's and the
 	// member pod's UIDs, for the audit events (resolvePod).
 	placement       resolver.Placement
@@ -384,6 +395,9 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 	state.pod = pr
 	logger := klog.FromContext(ctx).WithValues("namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
 
+	if state.upgrade {
+		p.warmUpMember(ctx, pr.Namespace, pr.Name)
+	}
 	// Authorize (or, in passthrough mode, have karmada-apiserver judge the
 	// caller) before resolving, so placement is not disclosed to callers
 	// who may not use the pod.

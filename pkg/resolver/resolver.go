@@ -186,6 +186,23 @@ func (r *Resolver) Resolve(ctx context.Context, namespace, pod string) (string, 
 	return p.Cluster, err
 }
 
+// ClusterHint is the cluster the label the labeler keeps on namespace/pod
+// names, from the cache, recording nothing; "" when there is none. It is a
+// guess to dial ahead with, never a placement: anyone who can write the pod
+// can write the label, so nothing may be sent to what it names before the
+// request was checked and resolved.
+func (r *Resolver) ClusterHint(namespace, pod string) string {
+	obj, exists, err := r.pods.GetByKey(namespace + "/" + pod)
+	if err != nil || !exists {
+		return ""
+	}
+	meta, ok := karmada.PodOf(obj)
+	if !ok {
+		return ""
+	}
+	return meta.Labels[karmada.ClusterNameLabel]
+}
+
 // ResolvePod is Resolve with the UIDs it learnt on the way (Placement).
 func (r *Resolver) ResolvePod(ctx context.Context, namespace, pod string) (Placement, error) {
 	p, src, res, err := r.resolve(ctx, namespace, pod)

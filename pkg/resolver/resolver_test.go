@@ -570,3 +570,21 @@ func BenchmarkResolve(b *testing.B) {
 		})
 	}
 }
+
+// TestClusterHint: the label, or nothing, and no resolution counted.
+func TestClusterHint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	inf := storeInformers(t, []*metav1.PartialObjectMetadata{pod("labelled", clusterLabel("member2")), pod("bare", nil)}, nil, nil)
+	r, err := New(Options{Informers: inf, Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"labelled": "member2", "bare": "", "absent": ""} {
+		if got := r.ClusterHint(ns, name); got != want {
+			t.Errorf("ClusterHint(%s) = %q, want %q", name, got, want)
+		}
+	}
+	if got := counters(t, reg, "karmada_gateway_resolve_total"); len(got) != 0 {
+		t.Errorf("hints counted as resolutions: %v", got)
+	}
+}

@@ -1,6 +1,6 @@
-// Package upstream is how the gateway reaches karmada-apiserver, and
-// through it each member's cluster proxy: the transports requests go out
-// on, the deadline on their answer, what an answer means when the cluster
+// Package upstream is how the gateway reaches karmada-apiserver, through
+// it each member's cluster proxy, and a member itself in direct mode: the
+// transports requests go out on, the deadline on their answer, what an answer means when the cluster
 // proxy could not reach its member, and where an upgrade's setup spends
 // its time.
 //
@@ -10,6 +10,10 @@
 //     HTTP/1.1-only twin with its own tls.Config for upgrades: Go's HTTP/2
 //     transport rejects Upgrade, and a tls.Config shared with an HTTP/2
 //     transport gets h2 added to its ALPN list.
+//   - A member reached directly (member.go, --member-access=direct): a
+//     keep-alive pool speaking HTTP/2 for plain requests and an HTTP/1.1
+//     pool for upgrades, through the member's proxy when its Cluster names
+//     one; pkg/memberaccess builds one per member from its Cluster.
 //   - Deadline (deadline.go): RoundTripWithin gives an upstream a bounded
 //     time, counted from when the request was sent, to answer with response
 //     headers (a 101 for an upgrade), per request, so that a log follow of a
