@@ -104,6 +104,10 @@ func TestPullMember(t *testing.T) {
 			{"auth-modes", testDisruptiveAuthModes}, // both auth modes
 			// Streams on both members, both proxy kinds, in both auth modes.
 			{"streams-both-modes", testPullStreamsBothModes},
+			// --member-access=direct through both proxy kinds: the
+			// differential, 20 MB, streams and jobs across control-plane
+			// restarts.
+			{"direct", TestDirectMemberAccess},
 		} {
 			t.Run(rt.name, rt.run)
 		}

@@ -113,3 +113,68 @@ func TestReadmeHelmInstall(t *testing.T) {
 		t.Errorf("%s renders no executors' clusters/proxy binding for ci/gitlab-runner (subjects %+v)", template, executors)
 	}
 }
+
+// TestReadmeDirectMemberAccess renders a release with the README's option
+// for direct member access, as written: the gateway runs with
+// --member-access=direct and its review flags, and its karmada-apiserver
+// identity may read Secrets in karmada-cluster only (a Role there, nothing
+// cluster-wide) and create TokenReviews and SubjectAccessReviews.
+func TestReadmeDirectMemberAccess(t *testing.T) {
+	var opt string
+	for _, line := range helmtest.ReadmeHelmSection(t) {
+		if v, ok := strings.CutPrefix(line, "# direct member access:"); ok {
+			opt, _, _ = strings.Cut(v, "[")
+			opt = strings.TrimSpace(opt)
+		}
+	}
+	if opt == "" {
+		t.Fatal(`README's Helm section lacks the "# direct member access:" option`)
+	}
+	args := append([]string{"template", "gw", chartDir, "--namespace", "karmada-system", "--kube-version", kubeVersion}, shellWords(t, opt)...)
+	for _, target := range []string{"host", "karmadaApiserver"} {
+		out, stderr, err := runHelm(t, append(args, "--set", "target="+target)...)
+		if err != nil {
+			t.Fatalf("helm template with %s: %v\n%s", opt, err, stderr)
+		}
+		objs := decodeAll(t, out)
+		if target == "host" {
+			c := deployment(t, objs).Spec.Template.Spec.Containers[0]
+			for _, want := range []string{"--member-access=direct", "--auth-cache-ttl=10s", "--auth-timeout=10s"} {
+				if !slices.Contains(c.Args, want) {
+					t.Errorf("with %s the gateway's args %q lack %s", opt, c.Args, want)
+				}
+			}
+			continue
+		}
+		var secretRoles []string
+		for _, kind := range []string{"Role", "ClusterRole"} {
+			for _, o := range objs.find(kind, "") {
+				var r rbacv1.ClusterRole
+				convert(t, o.Object, &r)
+				for _, rule := range r.Rules {
+					if slices.Contains(rule.Resources, "secrets") {
+						secretRoles = append(secretRoles, kind+" "+o.GetNamespace()+"/"+o.GetName()+" "+strings.Join(rule.Verbs, ","))
+					}
+				}
+			}
+		}
+		if want := []string{"Role karmada-cluster/gw-karmada-exec-gateway-member-secrets get,list,watch"}; !slices.Equal(secretRoles, want) {
+			t.Errorf("with %s, Secrets are granted by %q, want %q", opt, secretRoles, want)
+		}
+		var reviews []string
+		for _, o := range objs.find("ClusterRole", "") {
+			var r rbacv1.ClusterRole
+			convert(t, o.Object, &r)
+			for _, rule := range r.Rules {
+				for _, res := range rule.Resources {
+					if res == "tokenreviews" || res == "subjectaccessreviews" {
+						reviews = append(reviews, res)
+					}
+				}
+			}
+		}
+		if len(reviews) != 2 {
+			t.Errorf("with %s the gateway's ClusterRoles grant %q, want tokenreviews and subjectaccessreviews", opt, reviews)
+		}
+	}
+}

@@ -43,7 +43,7 @@ const gatewayFieldManager = "karmada-exec-gateway"
 // gatewayChartValues are the values of an install whose identity is the
 // environment's gateway user. Tests restart the one gateway in either auth
 // mode, so the release is the superset: authorize mode with client
-// certificates and the service proxy on. A passthrough gateway needs less in
+// certificates, the service proxy and direct member access on. A passthrough gateway needs less in
 // karmada-apiserver and nothing in the members.
 var gatewayChartValues = []string{
 	"target=karmadaApiserver",
@@ -54,6 +54,8 @@ var gatewayChartValues = []string{
 	// gateway --client-ca-file itself; the name only switches the rules on.
 	"auth.clientCA.secretName=e2e-ca",
 	"serviceProxy.enabled=true",
+	// Direct member access: the Role on the members' Secrets.
+	"memberAccess.mode=direct",
 	"labeler.leaderElection.namespace=" + KarmadaSystem,
 	// TestPodStatusFidelity installs the Pod status interpreter itself and
 	// needs none before.

@@ -39,8 +39,8 @@ func TestGatewayChartValues(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	want := []string{"ClusterPropagationPolicy", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Role", "RoleBinding"}
+	want := []string{"ClusterPropagationPolicy", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Role", "Role", "RoleBinding", "RoleBinding"}
 	if !slices.Equal(kinds, want) {
-		t.Errorf("rendered %v, want %v (gateway, clusters/proxy and member RBAC, the lease Role, the member policy)", kinds, want)
+		t.Errorf("rendered %v, want %v (gateway, clusters/proxy and member RBAC, the lease Role, the member Secrets' Role, the member policy)", kinds, want)
 	}
 }
