@@ -22,6 +22,7 @@ var Sections = []Section{
 	{Name: "passthrough", NeedsEnv: true, Run: (*Runner).Passthrough},
 	{Name: "stream-setup", NeedsEnv: true, Run: (*Runner).StreamSetup},
 	{Name: "job-replay", NeedsEnv: true, Run: (*Runner).JobReplay},
+	{Name: "direct-access", NeedsEnv: true, Run: (*Runner).DirectAccess},
 	{Name: "exec", NeedsEnv: true, Run: (*Runner).Exec},
 	{Name: "sessions", NeedsEnv: true, Run: (*Runner).Sessions},
 	{Name: "watch", NeedsEnv: true, Run: (*Runner).Watch},

@@ -76,9 +76,15 @@ func timed(cfg *rest.Config) (*rest.Config, *upgradeTimer) {
 type streamPath struct {
 	name string
 	cfg  *rest.Config
-	// gateway rows carry the targets; the cluster proxy is what they are
-	// compared with.
-	gateway, clusterProxy bool
+	// clusterProxy is what the others are compared with; to101, toExit
+	// and job are a path's targets, ceilings of its ratio to it (0: none).
+	clusterProxy       bool
+	to101, toExit, job float64
+}
+
+// gatewayPath is a gateway path with issue #27's targets.
+func gatewayPath(name string, cfg *rest.Config) streamPath {
+	return streamPath{name: name, cfg: cfg, to101: to101Ceiling, toExit: toExitCeiling, job: toExitCeiling}
 }
 
 // memberCopyCacheTTL is the --member-copy-cache-ttl of the third gateway,
@@ -101,7 +107,7 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 			x.Stop()
 		}
 	}
-	out = []streamPath{{name: "gateway passthrough", cfg: p.gateway, gateway: true}}
+	out = []streamPath{gatewayPath("gateway passthrough", p.gateway)}
 	for _, g := range []struct {
 		name, label string
 		args        []string
@@ -116,7 +122,7 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 			return nil, nil, fmt.Errorf("start a gateway with %s: %w", strings.Join(g.args, " "), err)
 		}
 		started = append(started, x)
-		out = append(out, streamPath{name: g.label, cfg: unlimited(x.Config(env.UserExecOnly)), gateway: true})
+		out = append(out, gatewayPath(g.label, unlimited(x.Config(env.UserExecOnly))))
 	}
 	out = append(out, streamPath{name: "cluster proxy", cfg: p.direct, clusterProxy: true})
 	if withMember {
@@ -182,11 +188,18 @@ func (r *Runner) StreamSetup(ctx context.Context) (*Table, error) {
 			"the member's kube-apiserver directly (user admin: the bench user exists only in Karmada).",
 			r.Sizes.StreamSamples, r.Sizes.Rounds, env.UserExecOnly, admissionCacheTTL, memberCopyCacheTTL) + r.proxyNote("Cluster proxy"),
 	}
+	return t, r.streamSetup(ctx, ps, t)
+}
+
+// streamSetup adds to t the stream-setup rows of every path in ps, the
+// cluster proxy's among them.
+func (r *Runner) streamSetup(ctx context.Context, ps []streamPath, t *Table) error {
+	var err error
 	for _, proto := range protocols {
 		urls := make([]*url.URL, len(ps))
 		for i, p := range ps {
 			if urls[i], err = podURL(p.cfg, shellPod, "exec", &corev1.PodExecOptions{Container: containerName, Command: []string{"true"}, Stdout: true, Stderr: true}); err != nil {
-				return nil, err
+				return err
 			}
 			// Warm-up, not counted; a path that never works fails below,
 			// with its error, rather than on one session's hiccup here.
@@ -216,7 +229,7 @@ func (r *Runner) StreamSetup(ctx context.Context) (*Table, error) {
 			ref := -1
 			for i, p := range ps {
 				if err := times[i].toExit.Err(); err != nil {
-					return nil, fmt.Errorf("%s over %s at %d clients: %w", p.name, proto, c, err)
+					return fmt.Errorf("%s over %s at %d clients: %w", p.name, proto, c, err)
 				}
 				if p.clusterProxy {
 					ref = i
@@ -225,10 +238,10 @@ func (r *Runner) StreamSetup(ctx context.Context) (*Table, error) {
 			for _, m := range []struct {
 				name    string
 				samples func(*streamTimes) []time.Duration
-				ceiling float64
+				ceiling func(streamPath) float64
 			}{
-				{"time to 101", func(s *streamTimes) []time.Duration { return s.to101 }, to101Ceiling},
-				{"time to exit", func(s *streamTimes) []time.Duration { return s.toExit.Latencies }, toExitCeiling},
+				{"time to 101", func(s *streamTimes) []time.Duration { return s.to101 }, func(p streamPath) float64 { return p.to101 }},
+				{"time to exit", func(s *streamTimes) []time.Duration { return s.toExit.Latencies }, func(p streamPath) float64 { return p.toExit }},
 			} {
 				ref50, ref90 := Percentile(m.samples(times[ref]), 50), Percentile(m.samples(times[ref]), 90)
 				for i, p := range ps {
@@ -236,8 +249,8 @@ func (r *Runner) StreamSetup(ctx context.Context) (*Table, error) {
 					p50, p90 := Percentile(s, 50), Percentile(s, 90)
 					r50 := Ratio(float64(p50), float64(ref50))
 					target, verdict := "", NoTarget
-					if p.gateway {
-						target, verdict = fmt.Sprintf("≤ %.2f×", m.ceiling), AtMost(r50, m.ceiling)
+					if c := m.ceiling(p); c > 0 {
+						target, verdict = fmt.Sprintf("≤ %.2f×", c), AtMost(r50, c)
 					}
 					t.Add(m.name, proto, fmt.Sprint(c), p.name, FormatDuration(p50), FormatDuration(p90),
 						FormatRatio(r50), FormatRatio(Ratio(float64(p90), float64(ref90))), target, string(verdict))
@@ -248,7 +261,7 @@ func (r *Runner) StreamSetup(ctx context.Context) (*Table, error) {
 			}
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // JobReplay replays the stream calls of one GitLab Runner job (kubernetes
@@ -271,6 +284,12 @@ func (r *Runner) JobReplay(ctx context.Context) (*Table, error) {
 			"an exec of sh with a script on stdin (legacy strategy), attach dropped. Ratio to the cluster proxy; the target is stream setup's time to exit.",
 			r.Sizes.JobReplays, env.UserExecOnly) + r.proxyNote("Cluster proxy"),
 	}
+	return t, r.jobReplay(ctx, ps, t)
+}
+
+// jobReplay adds to t the job-replay rows of every path in ps, the
+// cluster proxy's among them.
+func (r *Runner) jobReplay(ctx context.Context, ps []streamPath, t *Table) error {
 	var (
 		mu   sync.Mutex
 		seq  int
@@ -305,17 +324,17 @@ func (r *Runner) JobReplay(ctx context.Context) (*Table, error) {
 	}
 	for i, p := range ps {
 		if err := loads[i].Err(); err != nil {
-			return nil, err
+			return err
 		}
 		p50 := Percentile(loads[i].Latencies, 50)
 		r50 := Ratio(float64(p50), float64(Percentile(ref.Latencies, 50)))
 		target, verdict := "", NoTarget
-		if p.gateway {
-			target, verdict = fmt.Sprintf("≤ %.2f×", toExitCeiling), AtMost(r50, toExitCeiling)
+		if p.job > 0 {
+			target, verdict = fmt.Sprintf("≤ %.2f×", p.job), AtMost(r50, p.job)
 		}
 		t.Add(p.name, FormatDuration(p50), FormatDuration(Percentile(loads[i].Latencies, 90)), FormatRatio(r50), target, string(verdict))
 	}
-	return t, nil
+	return nil
 }
 
 // replayJob is one job through cfg; n names its files.
