@@ -569,7 +569,10 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 		}
 		streamsOverLimit(t, gatewayUserKubeconfig(t, e, sh, port, env.UserExecOnly))
 		scrape.scraped(t)
-		t.Run("dashboard", func(t *testing.T) { assertPanelsHaveData(t, scrape.prom, scrape.chart, scrape.start) })
+		// The installed gateways reach members through the cluster proxy:
+		// pods cannot reach the environment's loopback members, so the
+		// direct panels are TestMonitoringOnRealPrometheus's.
+		t.Run("dashboard", func(t *testing.T) { assertPanelsHaveData(t, scrape.prom, scrape.chart, scrape.start, false) })
 		uninstalled(t)
 	})
 

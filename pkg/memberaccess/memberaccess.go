@@ -421,6 +421,15 @@ func (m *Members) build(c *karmada.Cluster, base *url.URL, caBundle []byte, prox
 	}
 	conns := &connSet{conns: map[net.Conn]struct{}{}, open: m.opts.Metrics.MemberConnections.WithLabelValues(c.Name)}
 	dials := m.opts.Metrics.MemberDialsTotal
+	// Every series of the member starts at 0: one born at its first
+	// failure or rebuild shows Prometheus no increase, and its alert no
+	// rate.
+	for _, result := range []string{"success", "error"} {
+		dials.WithLabelValues(c.Name, result)
+	}
+	for _, reason := range []string{"config_changed", "cluster_deleted"} {
+		m.opts.Metrics.MemberTransportRebuildsTotal.WithLabelValues(c.Name, reason)
+	}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := m.dial(ctx, network, addr)
 		if err != nil {
