@@ -22,9 +22,8 @@ import (
 // same decisions either way, so the gateway does what karmada-apiserver
 // and karmada-aggregated-apiserver do for a cluster proxy request:
 //
-//   - passthrough mode: authenticate the caller (TokenReview or client
-//     certificate, with Impersonate-* honoured as kube-apiserver honours
-//     it), authorize clusters/proxy on the Cluster for them with a
+//   - passthrough mode: authenticate the caller (TokenReview, with
+//     Impersonate-* honoured as kube-apiserver honours it), authorize clusters/proxy on the Cluster for them with a
 //     SubjectAccessReview (identity.ClusterProxyRequest), then impersonate
 //     them on the member;
 //   - authorize mode: the gateway authorized the caller already, and the
