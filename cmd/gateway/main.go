@@ -218,11 +218,16 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	// Readiness does not wait for direct member access's Secret informers:
-	// one Cluster naming a namespace the gateway may not read would keep
-	// every replica unready. A request to a member whose Secrets are not
-	// read yet waits for them (memberaccess), then gets a 503 naming why.
-	health := newHealth(informers.HasSynced, newUpstreamCheck(clients.readiness.Discovery().RESTClient()))
+	// Readiness waits for direct member access to have started its Secret
+	// informers, not for them to sync: one Cluster naming a namespace the
+	// gateway may not read would keep every replica unready. A request to
+	// a member whose Secrets are not read yet waits for them
+	// (memberaccess), then gets a 503 naming why.
+	synced := informers.HasSynced
+	if members != nil {
+		synced = func() bool { return informers.HasSynced() && members.Started() }
+	}
+	health := newHealth(synced, newUpstreamCheck(clients.readiness.Discovery().RESTClient()))
 	metricsSrv := serving.NewServer(serving.ServerOptions{
 		Handler:           health.mux(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), o.profiling),
 		ReadHeaderTimeout: o.readHeaderTimeout,

@@ -166,6 +166,14 @@ func (m *Members) Start(ctx context.Context) {
 	}
 }
 
+// Started reports whether Start ran: before it, no Secret is read and
+// every Member is refused.
+func (m *Members) Started() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ctx != nil
+}
+
 // secretInformer is the informer of namespace's Secrets, started now if it
 // was not.
 func (m *Members) secretInformer(namespace string) cache.SharedIndexInformer {

@@ -633,3 +633,26 @@ func TestUnreadableSecretsNamespace(t *testing.T) {
 		t.Errorf("err = %v, want a 503 naming the refused namespace", err)
 	}
 }
+
+// TestNotStartedRefuses: before Start (the gateway's Cluster informer has
+// not synced), no Secret is read and a request gets a 503; the gateway is
+// not ready until Started.
+func TestNotStartedRefuses(t *testing.T) {
+	ms := newMemberServer(t)
+	h := newHarness(t, []*karmada.Cluster{cluster("member1", ms.URL)})
+	m, err := New(Options{Clusters: h.inf.Clusters, Client: h.kube})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Started() {
+		t.Error("Started before Start")
+	}
+	var status apierrors.APIStatus
+	if _, err := m.Member(context.Background(), "member1"); !errors.As(err, &status) || status.Status().Code != 503 {
+		t.Errorf("Member before Start: %v, want a 503", err)
+	}
+	m.Start(t.Context())
+	if !m.Started() {
+		t.Error("not Started after Start")
+	}
+}

@@ -29,9 +29,10 @@ func main() {
 	verbose := flag.Bool("v", false, "print environment startup steps")
 	svgDir := flag.String("svg-dir", "", "write the scale sections' charts (scale-pods.svg, scale-streams.svg) to this directory")
 	gatewayCPU := flag.String("gateway-cpu", os.Getenv("BENCH_GATEWAY_CPU"), "cpuset mode: pin the gateway processes to these CPUs (taskset -c list, e.g. 1) and the bench with everything it starts to the others (default $BENCH_GATEWAY_CPU; empty: no pinning)")
+	pullProxy := flag.String("pull-member", "", "run the first member in Pull mode behind a proxy of this kind (http: tinyproxy's HTTP CONNECT, socks5: Dante), so the bench pods' rewritten paths cross it; empty: every member in Push mode")
 	gatewayV := flag.Int("gateway-v", 0, "the gateways' klog verbosity; 4 logs each upgrade's phases (check, connect, TLS handshake, upstream answer), at some cost to the figures")
 	flag.Parse()
-	os.Exit(run(*quick, *only, *out, *svgDir, *gatewayCPU, *gatewayV, *verbose))
+	os.Exit(run(*quick, *only, *out, *svgDir, *gatewayCPU, *pullProxy, *gatewayV, *verbose))
 }
 
 // pinRest pins this process and its descendants, every thread, to the
@@ -109,7 +110,7 @@ func sectionNames() string {
 	return strings.Join(names, ",")
 }
 
-func run(quick bool, only, out, svgDir, gatewayCPU string, gatewayV int, verbose bool) int {
+func run(quick bool, only, out, svgDir, gatewayCPU, pullProxy string, gatewayV int, verbose bool) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -150,7 +151,12 @@ func run(quick bool, only, out, svgDir, gatewayCPU string, gatewayV int, verbose
 		}
 		// Karmada's capacity is part of both paths measured: its
 		// components get every CPU, as in a real control plane.
-		e, err := env.Start(startCtx, env.Options{Gateway: gw, Log: envLog, ComponentsOnEveryCPU: true})
+		opts := env.Options{Gateway: gw, Log: envLog, ComponentsOnEveryCPU: true, Members: []string{"member1", "member2"}}
+		if pullProxy != "" {
+			opts.PullMembers = opts.Members[:1]
+			opts.PullProxies = map[string]string{opts.Members[0]: pullProxy}
+		}
+		e, err := env.Start(startCtx, opts)
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "start e2e environment:", err)
@@ -173,6 +179,9 @@ func run(quick bool, only, out, svgDir, gatewayCPU string, gatewayV int, verbose
 			fmt.Fprintln(os.Stderr, "bench setup:", err)
 			e.WriteLogTails(os.Stderr, 40)
 			return 1
+		}
+		if pullProxy != "" {
+			fmt.Fprintf(w, "The bench pods' member, %s, runs in Pull mode behind a %s proxy (its Cluster's spec.proxyURL %s).\n\n", opts.Members[0], pullProxy, e.ProxyURL(opts.Members[0]).Redacted())
 		}
 		fmt.Fprintf(w, "Direct path for passthrough: karmada-apiserver; for rewritten routes: %s.\n\n", r.DirectPath())
 		errs = append(errs, bench.RunSections(ctx, r, sections, w)...)
