@@ -16,7 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess/memberaccesstest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
@@ -28,13 +30,18 @@ type logMember struct {
 	// auth is the Authorization the pod read must carry: the identity the
 	// log request went with.
 	auth, impersonate string
-	podCode           int
-	container         corev1.ContainerState
-	podReads          atomic.Int32
+	// podPath is where the pod is read ("": through the cluster proxy).
+	podPath   string
+	podCode   int
+	container corev1.ContainerState
+	podReads  atomic.Int32
 }
 
 func (m *logMember) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	podPath := karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/job-42")
+	podPath := m.podPath
+	if podPath == "" {
+		podPath = karmada.ClusterProxyPath(proxytest.Cluster, "/api/v1/namespaces/ci/pods/job-42")
+	}
 	switch {
 	case r.URL.Path == podPath:
 		m.podReads.Add(1)
@@ -149,5 +156,52 @@ func TestLogFollowCutIsReported(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLogFollowCutIsReportedDirect: in direct mode the end of a follow is
+// judged from the member's pod read directly, as the follow went: the
+// impersonator's token acting as the caller.
+func TestLogFollowCutIsReportedDirect(t *testing.T) {
+	runningLong := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Now().Add(-time.Hour))}}
+	terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	for _, tc := range []struct {
+		name      string
+		container corev1.ContainerState
+		wantCut   bool
+	}{
+		{"container runs: cut", runningLong, true},
+		{"container ended", terminated, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			member := &logMember{auth: "Bearer impersonator-token", impersonate: "someone", podPath: "/api/v1/namespaces/ci/pods/job-42",
+				podCode: http.StatusOK, container: tc.container}
+			srv := httptest.NewTLSServer(member)
+			t.Cleanup(srv.Close)
+			karmadaAPI := httptest.NewTLSServer(proxytest.Admitting(http.NotFoundHandler()))
+			t.Cleanup(karmadaAPI.Close)
+			m := metrics.New(prometheus.NewRegistry())
+			p := newTestProxy(t, Options{
+				Upstream: tlsUpstreamConfig(karmadaAPI), Metrics: m, LogEndWindow: 300 * time.Millisecond,
+				Authorizer: &proxytest.Authorizer{Caller: identity.Caller{Name: "someone"}},
+				Members:    memberaccesstest.New(t, m, memberaccesstest.Member{Name: proxytest.Cluster, Server: srv, Token: "impersonator-token"}),
+			})
+			gw := httptest.NewTLSServer(p)
+			t.Cleanup(gw.Close)
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/api/v1/namespaces/ci/pods/job-42/log?follow=true", nil)
+			req.Header.Set("Authorization", "Bearer caller-token")
+			res, err := gw.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			_, err = io.ReadAll(res.Body)
+			if tc.wantCut != (err != nil) {
+				t.Errorf("the body ended with %v, want a cut: %v", err, tc.wantCut)
+			}
+			if member.podReads.Load() == 0 {
+				t.Error("the member's pod was not read to judge the end")
+			}
+		})
 	}
 }
