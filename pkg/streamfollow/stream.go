@@ -330,6 +330,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 		case len(s.held) == 0:
 			// Nothing held: read straight into the client's buffer.
 			n, err := s.ReadWriteCloser.Read(p)
+			n, err = s.unlessTerminated(n, err)
 			s.saw(p[:n])
 			if k := min(s.partial(), n); k > 0 {
 				s.takeHeld()
@@ -349,12 +350,33 @@ func (s *Stream) Read(p []byte) (int, error) {
 				continue
 			}
 			n, err := s.ReadWriteCloser.Read(s.held[w:cap(s.held)])
+			n, err = s.unlessTerminated(n, err)
 			s.held = s.held[:w+n]
 			s.saw(s.held[w:])
 			s.ready = len(s.held) - min(s.partial(), len(s.held))
 			s.readErr = err
 		}
 	}
+}
+
+// errTerminated ends the read side of a stream the gateway ended.
+var errTerminated = errors.New("the gateway ended the stream")
+
+// unlessTerminated drops what upstream sent once the gateway ended the
+// stream: it may be upstream's answer to the gateway's own close (TLS
+// sends close_notify before the socket closes, and a server whose stdin
+// ends that way reports the command's Success), which would tell the
+// client its command completed when the gateway ended it. The client's
+// bytes end at the frame boundary before, where the gateway's Status
+// follows.
+func (s *Stream) unlessTerminated(n int, err error) (int, error) {
+	if s.terminated.Load() == nil {
+		return n, err
+	}
+	if err == nil {
+		err = errTerminated
+	}
+	return 0, err
 }
 
 // heldBufferSize fits the longest frame held and a read behind it.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -104,6 +105,93 @@ func TestTerminateTellsTheClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTerminateIgnoresTheAnswerToItsClose: what upstream sends after the
+// gateway ended the stream is its answer to the gateway's close (over TLS
+// the close_notify reaches the member before the socket closes, and a
+// server whose stdin ends reports the command's Success); the client
+// still gets the gateway's Failure, and the Summary says the gateway
+// ended the stream, not that it completed. Seen in CI: a WebSocket
+// session open past the shutdown grace period ended with exit 0.
+func TestTerminateIgnoresTheAnswerToItsClose(t *testing.T) {
+	const errStream, stdout = 1, 3
+	success := `{"metadata":{},"status":"Success"}`
+	cases := []struct {
+		name           string
+		proto          Protocol
+		client         []byte
+		before, answer []byte
+	}{
+		{
+			name: "spdy", proto: spdyV4,
+			client: spdyBytes(t, synStream(errStream, "error"), synStream(stdout, "stdout")),
+			before: spdyBytes(t, synReply(errStream), synReply(stdout), data(stdout, false, "hello")),
+			answer: spdyBytes(t, data(errStream, true, success)),
+		},
+		{
+			name: "websocket v5", proto: webSocketV5,
+			before: wsMessage(1, "hello"),
+			answer: append(wsMessage(3, success), wsFrame(true, wsClose, []byte{0x03, 0xe8})...),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &answeringUpstream{reads: make(chan []byte, 2), answer: tc.answer}
+			up.reads <- tc.before
+			var sum Summary
+			s := NewStream(up, Options{Protocol: tc.proto, OnEnd: func(x Summary) { sum = x }})
+			if _, err := s.Write(tc.client); err != nil {
+				t.Fatal(err)
+			}
+			readDone := make(chan []byte)
+			go func() {
+				got, _ := readAllSmall(s, 32<<10)
+				readDone <- got
+			}()
+			waitFor(t, func() bool { return s.fromServer.Load() == int64(len(tc.before)) })
+			s.Terminate(EndGatewayShutdown, shutdownStatus())
+			got := <-readDone
+			_ = s.Close()
+			if !bytes.HasPrefix(got, tc.before) {
+				t.Fatalf("the client got %q, want %q first", got, tc.before)
+			}
+			if tc.proto == spdyV4 {
+				checkInjected(t, got[len(tc.before):], errStream, "the gateway is shutting down")
+			} else {
+				checkWebSocketInjected(t, got[len(tc.before):], "the gateway is shutting down")
+			}
+			if sum.End != EndGatewayShutdown || sum.Status != nil {
+				t.Errorf("summary says %s with status %q, want %s and none", sum.End, sum.Status, EndGatewayShutdown)
+			}
+		})
+	}
+}
+
+// answeringUpstream returns its reads, one per Read, and on Close the
+// answer a member gives to the close, then EOF.
+type answeringUpstream struct {
+	reads  chan []byte
+	answer []byte
+	once   sync.Once
+}
+
+func (u *answeringUpstream) Read(p []byte) (int, error) {
+	b, ok := <-u.reads
+	if !ok {
+		return 0, io.EOF
+	}
+	return copy(p, b), nil
+}
+
+func (u *answeringUpstream) Write(p []byte) (int, error) { return len(p), nil }
+
+func (u *answeringUpstream) Close() error {
+	u.once.Do(func() {
+		u.reads <- u.answer
+		close(u.reads)
+	})
+	return nil
 }
 
 // TestTerminateThenCancelled: a shutdown terminates its streams, then
