@@ -33,6 +33,9 @@ const (
 	SourceLabel   = "label"
 	SourceBinding = "binding"
 	SourceNone    = "none"
+	// SourcePath: the request's server URL pinned the member cluster
+	// (/clusters/<name>/).
+	SourcePath = "path"
 )
 
 // Stream cut results label StreamCutsTotal: the client got an error, or
@@ -142,7 +145,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		ResolveTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "resolve_total",
-			Help: "Pod to member cluster resolutions, by source (label, binding, none) and result.",
+			Help: "Pod to member cluster resolutions, by source (label, binding, path, none) and result.",
 		}, []string{"source", "result"}),
 		ResolveAmbiguousTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "resolve_ambiguous_total",

@@ -78,7 +78,8 @@ func TestResolveActingAsGateway(t *testing.T) {
 	ownCopy := memberObject("job-42", "uid-job-42")
 	tests := []struct {
 		name        string
-		passthrough bool // ActsAsGateway false
+		passthrough bool   // ActsAsGateway false
+		pinned      string // WithPinnedCluster
 		pod         *metav1.PartialObjectMetadata
 		binding     *karmada.ResourceBinding
 		objects     map[string]*metav1.PartialObjectMetadata
@@ -196,10 +197,88 @@ func TestResolveActingAsGateway(t *testing.T) {
 			want:        "member1",
 			wantMetric:  "binding/ok",
 		},
+
+		// A server URL pinning a member (/clusters/<name>/) reaches that
+		// copy of a Duplicated pod, whatever the label says, by the same
+		// rules; never another cluster.
+		{
+			name:       "pinned: the second copy of a Duplicated pod, not the labelled first",
+			pinned:     "member2",
+			pod:        pod("job-42", clusterLabel("member1")),
+			binding:    binding("job-42-pod", "job-42", []string{"member1", "member2"}, "member1", "member2"),
+			objects:    copyOf("member2", ownCopy),
+			want:       "member2",
+			wantMetric: "path/ok",
+			wantReads:  []string{"member2/pods/ci/job-42"},
+		},
+		{
+			name:       "pinned where Karmada did not place it: 404 naming where it is",
+			pinned:     "member3",
+			binding:    binding("job-42-pod", "job-42", []string{"member1", "member2"}, "member1", "member2"),
+			objects:    copyOf("member1", ownCopy),
+			wantCode:   http.StatusNotFound,
+			wantMsg:    []string{`pod "ci/job-42" is not placed on member cluster "member3"`, "Karmada placed it on member1, member2"},
+			wantMetric: "path/not_placed",
+		},
+		{
+			name:        "pinned where Karmada did not place it, in passthrough too",
+			passthrough: true,
+			pinned:      "member2",
+			binding:     binding("job-42-pod", "job-42", []string{"member1"}, "member1"),
+			wantCode:    http.StatusNotFound,
+			wantMsg:     []string{`is not placed on member cluster "member2"`, "Karmada placed it on member1"},
+			wantMetric:  "path/not_placed",
+		},
+		{
+			name:       "pinned where Karmada failed to apply it: 409 with its message",
+			pinned:     "member1",
+			binding:    failedOn(binding("job-42-pod", "job-42", []string{"member1", "member2"}, "member2"), "member1", conflictMsg),
+			objects:    copyOf("member2", ownCopy),
+			wantCode:   http.StatusConflict,
+			wantMsg:    []string{`has no copy Karmada applied on member cluster "member1"`, conflictMsg},
+			wantMetric: "path/not_applied",
+		},
+		{
+			name:       "pinned where its copy is not applied yet: 503",
+			pinned:     "member2",
+			binding:    binding("job-42-pod", "job-42", []string{"member1", "member2"}, "member1"),
+			wantCode:   http.StatusServiceUnavailable,
+			wantMsg:    []string{`is scheduled to member cluster "member2" but Karmada has not reported its copy applied there yet`},
+			wantMetric: "path/not_applied",
+		},
+		{
+			name:       "pinned, and the member's pod is not the template's copy: 409",
+			pinned:     "member2",
+			binding:    binding("job-42-pod", "job-42", []string{"member1", "member2"}, "member1", "member2"),
+			objects:    copyOf("member2", memberObject("job-42", "")),
+			wantCode:   http.StatusConflict,
+			wantMetric: "path/not_copy",
+			wantReads:  []string{"member2/pods/ci/job-42"},
+		},
+		{
+			name:        "pinned to a scheduled cluster that is not registered: 503",
+			passthrough: true,
+			pinned:      "member3",
+			binding:     binding("job-42-pod", "job-42", []string{"member1", "member3"}, "member1", "member3"),
+			wantCode:    http.StatusServiceUnavailable,
+			wantMsg:     []string{`member cluster "member3" of pod "ci/job-42" is not a registered Karmada Cluster`},
+			wantMetric:  "path/cluster_not_ready",
+		},
+		{
+			name:        "pinned in passthrough: scheduled is enough, nothing read",
+			passthrough: true,
+			pinned:      "member2",
+			binding:     binding("job-42-pod", "job-42", []string{"member1", "member2"}),
+			want:        "member2",
+			wantMetric:  "path/ok",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig()))
+			if tc.pinned != "" {
+				ctx = WithPinnedCluster(ctx, tc.pinned)
+			}
 			reg := prometheus.NewRegistry()
 			p := tc.pod
 			if p == nil {

@@ -82,6 +82,19 @@
 // impersonates the caller and the member authorizes that identity, which
 // could reach the same member object through clusters/<c>/proxy itself.
 //
+// # Pinned cluster
+//
+// A request the proxy received under /clusters/<name>/ (a server URL per
+// member, to reach each copy of a Duplicated pod) carries <name> in its
+// context (WithPinnedCluster). Rule 3 and rule 4 are replaced: the answer
+// is <name> (source "path") if the binding schedules the object there,
+// else 404 NotFound naming the clusters it does schedule it to; acting as
+// the gateway, also only if Karmada reports its copy applied there (409 or
+// 503 as rule 4 says), and rule 5 follows. A cluster that is not a
+// registered Ready Cluster is 503 as in rule 3. Rules 1 and 2 are
+// unchanged, so a pin never reaches an object Karmada did not place, and
+// never another cluster than the one named.
+//
 // Every pod resolution counts resolve_total{source,result} with result ok,
 // not_found, not_placed, cluster_not_ready, and acting as the gateway
 // not_applied (rule 4) or not_copy (rule 5).

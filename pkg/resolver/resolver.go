@@ -92,6 +92,7 @@ const (
 	sourceNone source = iota
 	sourceLabel
 	sourceBinding
+	sourcePath
 	numSources
 )
 
@@ -106,7 +107,7 @@ const (
 )
 
 var (
-	sourceNames = [numSources]string{sourceNone: metrics.SourceNone, sourceLabel: metrics.SourceLabel, sourceBinding: metrics.SourceBinding}
+	sourceNames = [numSources]string{sourceNone: metrics.SourceNone, sourceLabel: metrics.SourceLabel, sourceBinding: metrics.SourceBinding, sourcePath: metrics.SourcePath}
 	resultNames = [numResults]string{
 		resultOK: ResultOK, resultNotFound: ResultNotFound, resultNotPlaced: ResultNotPlaced,
 		resultClusterNotReady: ResultClusterNotReady, resultNotApplied: ResultNotApplied, resultNotCopy: ResultNotCopy,
@@ -148,13 +149,18 @@ func New(opts Options) (*Resolver, error) {
 		{sourceLabel, resultClusterNotReady},
 		{sourceBinding, resultOK},
 		{sourceBinding, resultClusterNotReady},
+		{sourcePath, resultOK},
+		{sourcePath, resultNotPlaced},
+		{sourcePath, resultClusterNotReady},
 	}
 	if opts.ActsAsGateway {
 		r.members = opts.Members
 		combinations = append(combinations,
 			combination{sourceBinding, resultNotApplied},
 			combination{sourceLabel, resultNotCopy},
-			combination{sourceBinding, resultNotCopy})
+			combination{sourceBinding, resultNotCopy},
+			combination{sourcePath, resultNotApplied},
+			combination{sourcePath, resultNotCopy})
 	}
 	for _, c := range combinations {
 		r.counters[c.s][c.r] = m.ResolveTotal.WithLabelValues(sourceNames[c.s], resultNames[c.r])
@@ -236,7 +242,12 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (p Placem
 	}
 	src = sourceBinding
 	var cluster string
-	if label, ok := meta.Cluster, meta.HasCluster; ok {
+	if pin, ok := PinnedCluster(ctx); ok {
+		if res, err := r.onPinned("pod", namespace, pod, b, pin); err != nil {
+			return p, sourcePath, res, err
+		}
+		cluster, src = pin, sourcePath
+	} else if label, ok := meta.Cluster, meta.HasCluster; ok {
 		switch c, found, problem := r.labelCluster(label); {
 		case problem != "":
 			klog.FromContext(ctx).Info("Ignoring invalid cluster label on pod; following its ResourceBinding",
@@ -267,6 +278,54 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (p Placem
 	}
 	p.Cluster = cluster
 	return p, src, resultOK, nil
+}
+
+// pinKey carries the member cluster a request's server URL pinned.
+type pinKey struct{}
+
+// WithPinnedCluster returns ctx pinned to the member cluster cluster: the
+// gateway's /clusters/<cluster>/ server URLs, which reach the copies of a
+// workload Karmada runs in several clusters one member at a time. Resolve,
+// ResolvePod and ResolveService then answer cluster or an error, never
+// another cluster. cluster must be a DNS-1123 label (the proxy parsed it).
+func WithPinnedCluster(ctx context.Context, cluster string) context.Context {
+	return context.WithValue(ctx, pinKey{}, cluster)
+}
+
+// PinnedCluster is the member cluster ctx is pinned to, if any.
+func PinnedCluster(ctx context.Context) (string, bool) {
+	c, ok := ctx.Value(pinKey{}).(string)
+	return c, ok
+}
+
+// onPinned decides whether the kind namespace/name that b places may be
+// reached in the pinned cluster pin: b schedules it there (and, acting as
+// the gateway, Karmada applied it there: rule 3's condition), and pin is a
+// Ready Cluster. A workload not scheduled there is 404, naming where it is.
+func (r *Resolver) onPinned(kind, namespace, name string, b *karmada.CachedBinding, pin string) (result, error) {
+	if !scheduledOn(b, pin) {
+		return resultNotPlaced, statusError(http.StatusNotFound, metav1.StatusReasonNotFound, kind, name,
+			fmt.Sprintf("%s %q is not placed on member cluster %q, which this server URL (/clusters/%s/) pins: Karmada placed it on %s",
+				kind, namespace+"/"+name, pin, pin, strings.Join(b.ClusterNames(), ", ")), 0)
+	}
+	if r.members != nil {
+		if applied, msg := b.AppliedOn(pin); !applied {
+			if msg != "" {
+				return resultNotApplied, conflict(kind, name, fmt.Sprintf("%s %q has no copy Karmada applied on member cluster %q, so the gateway will not act on the member's object: %s",
+					kind, namespace+"/"+name, pin, msg))
+			}
+			return resultNotApplied, unavailable(kind, name, fmt.Sprintf("%s %q is scheduled to member cluster %q but Karmada has not reported its copy applied there yet",
+				kind, namespace+"/"+name, pin))
+		}
+	}
+	c := r.cluster(pin)
+	if c == nil {
+		return resultClusterNotReady, unregistered(kind, namespace, name, pin)
+	}
+	if ready, msg := c.Ready(); !ready {
+		return resultClusterNotReady, notReady(kind, namespace, name, pin, msg)
+	}
+	return resultOK, nil
 }
 
 // appliedOn reports whether b's status says cluster applied its workload.

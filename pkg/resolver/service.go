@@ -48,8 +48,13 @@ func (r *Resolver) ResolveService(ctx context.Context, namespace, name string) (
 			"service", klog.KRef(namespace, name), "count", qualified, "chosen", b.Name)
 	}
 	if b != nil && len(b.Spec.Clusters) > 0 {
-		cluster, _, err := r.bindingCluster(ctx, "service", namespace, name, b)
-		if err != nil {
+		var cluster string
+		if pin, ok := PinnedCluster(ctx); ok {
+			if _, err := r.onPinned("service", namespace, name, b, pin); err != nil {
+				return "", err
+			}
+			cluster = pin
+		} else if cluster, _, err = r.bindingCluster(ctx, "service", namespace, name, b); err != nil {
 			return "", err
 		}
 		if _, err := r.verifyCopy(ctx, karmada.ServiceGVR, "service", namespace, name, svc.UID, cluster); err != nil {
