@@ -72,23 +72,27 @@ type EventList struct {
 
 // Annotation keys. The decision keys are kube-apiserver's own.
 const (
-	prefix               = "gateway.karmada.io/"
-	AnnotationCluster    = prefix + "member-cluster"
-	AnnotationMemberUID  = prefix + "member-pod-uid"
-	AnnotationRoute      = prefix + "route"
-	AnnotationAuthMode   = prefix + "auth-mode"
-	AnnotationCredential = prefix + "credential"
-	AnnotationContainer  = prefix + "container"
-	AnnotationCommand    = prefix + "command"
-	AnnotationTTY        = prefix + "tty"
-	AnnotationStdin      = prefix + "stdin"
-	AnnotationProtocol   = prefix + "protocol"
-	AnnotationStreamEnd  = prefix + "stream-end"
-	AnnotationExitCode   = prefix + "exit-code"
-	AnnotationBytesIn    = prefix + "bytes-from-client"
-	AnnotationBytesOut   = prefix + "bytes-to-client"
-	AnnotationDuration   = prefix + "duration-seconds"
-	AnnotationRecording  = prefix + "recording"
+	prefix            = "gateway.karmada.io/"
+	AnnotationCluster = prefix + "member-cluster"
+	// AnnotationPinnedCluster: the request came under a server URL that
+	// pins a member cluster (/clusters/<name>/); objectRef is read from
+	// the path below it.
+	AnnotationPinnedCluster = prefix + "pinned-cluster"
+	AnnotationMemberUID     = prefix + "member-pod-uid"
+	AnnotationRoute         = prefix + "route"
+	AnnotationAuthMode      = prefix + "auth-mode"
+	AnnotationCredential    = prefix + "credential"
+	AnnotationContainer     = prefix + "container"
+	AnnotationCommand       = prefix + "command"
+	AnnotationTTY           = prefix + "tty"
+	AnnotationStdin         = prefix + "stdin"
+	AnnotationProtocol      = prefix + "protocol"
+	AnnotationStreamEnd     = prefix + "stream-end"
+	AnnotationExitCode      = prefix + "exit-code"
+	AnnotationBytesIn       = prefix + "bytes-from-client"
+	AnnotationBytesOut      = prefix + "bytes-to-client"
+	AnnotationDuration      = prefix + "duration-seconds"
+	AnnotationRecording     = prefix + "recording"
 	// AnnotationUserUnknown says why user is empty, when the gateway
 	// tried to learn it.
 	AnnotationUserUnknown = prefix + "user-unknown"
@@ -109,6 +113,9 @@ type Request struct {
 	Route    string
 	Cluster  string
 	AuthMode string
+	// PinnedCluster is the member cluster the request's path prefix
+	// pinned (/clusters/<name>/), if any.
+	PinnedCluster string
 	// TemplateUID is the pod template's UID (objectRef.uid); MemberUID its
 	// copy's in Cluster, known in authorize mode only (docs/security.md).
 	TemplateUID, MemberUID types.UID
@@ -171,7 +178,7 @@ func newEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 	if ev.SourceIPs == nil {
 		ev.SourceIPs = sourceIPs(r)
 	}
-	ev.ObjectRef, ev.Verb = objectRef(r)
+	ev.ObjectRef, ev.Verb = objectRef(r, req.PinnedCluster)
 	if ev.ObjectRef != nil && ev.ObjectRef.Resource == "pods" {
 		ev.ObjectRef.UID = req.TemplateUID
 	}
@@ -182,6 +189,7 @@ func newEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 		}
 	}
 	set(AnnotationCluster, req.Cluster)
+	set(AnnotationPinnedCluster, req.PinnedCluster)
 	set(AnnotationMemberUID, string(req.MemberUID))
 	set(AnnotationCredential, credential(r))
 	set(AnnotationDecision, req.Decision)
@@ -329,9 +337,14 @@ func sourceIPs(r *http.Request) []string {
 
 // objectRef reads the object and verb from a core/v1 namespaced path, as
 // kube-apiserver's RequestInfo does for the routes the gateway rewrites:
-// /api/v1/namespaces/{ns}/{resource}[/{name}[/{subresource}...]].
-func objectRef(r *http.Request) (*ObjectReference, string) {
-	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+// /api/v1/namespaces/{ns}/{resource}[/{name}[/{subresource}...]], below
+// /clusters/<pinned>/ when a member cluster is pinned.
+func objectRef(r *http.Request, pinned string) (*ObjectReference, string) {
+	path := r.URL.Path
+	if pinned != "" {
+		path = strings.TrimPrefix(path, "/clusters/"+pinned)
+	}
+	segs := strings.Split(strings.Trim(path, "/"), "/")
 	verb := methodVerb(r.Method)
 	if len(segs) < 5 || segs[0] != "api" || segs[2] != "namespaces" {
 		return nil, verb

@@ -16,7 +16,7 @@ type Auditor = audit.Recorder
 // decided fills in what the handlers decided about the request, for its
 // audit events.
 func (s *requestState) decided(req *audit.Request) {
-	req.Route, req.Cluster = s.route, s.cluster
+	req.Route, req.Cluster, req.PinnedCluster = s.route, s.cluster, s.pinned
 	req.Impersonated = identity.Impersonated(req.HTTP.Header)
 	req.SourceIPs = s.sourceIPs
 	req.TemplateUID, req.MemberUID = s.placement.TemplateUID, s.placement.MemberUID

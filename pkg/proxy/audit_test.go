@@ -80,24 +80,37 @@ func newCapturingAuditor() (*audit.Auditor, *captureSink) {
 // as the Resolver placed them (resolvePod; calling Resolve instead loses
 // both). Without the hooks in ServeHTTP and followStream there are no
 // events.
+//
+// Under a server URL pinning the member (/clusters/<name>/) the event keeps
+// the URI as sent, reads objectRef below the prefix and names the pin.
 func TestExecIsAudited(t *testing.T) {
 	payload := make([]byte, 64<<10)
 	if _, err := rand.Read(payload); err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"spdy", "websocket"} {
-		t.Run(kind, func(t *testing.T) {
+	for _, tc := range []struct{ kind, pinned string }{{"spdy", ""}, {"websocket", ""}, {"spdy", proxytest.Cluster}, {"websocket", proxytest.Cluster}} {
+		kind, target := tc.kind, execTarget
+		if tc.pinned != "" {
+			target = "/clusters/" + tc.pinned + execTarget
+		}
+		t.Run(kind+" "+target, func(t *testing.T) {
 			auditor, sink := newCapturingAuditor()
 			placer := &proxytest.Resolver{Cluster: proxytest.Cluster, TemplateUID: "template-uid", MemberUID: "member-uid"}
 			env := newExecEnvWith(t, nil, Options{Auditor: auditor, Resolver: placer})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := env.executor(t, kind, execTarget).StreamWithContext(ctx, remotecommand.StreamOptions{
+			if err := env.executor(t, kind, target).StreamWithContext(ctx, remotecommand.StreamOptions{
 				Stdin: bytes.NewReader(payload), Stdout: io.Discard,
 			}); err != nil {
 				t.Fatal(err)
 			}
 			evs := sink.waitEvents(t, 2)
+			if got := evs[1].RequestURI; !strings.HasPrefix(got, target) {
+				t.Errorf("requestURI %q, want the target as sent, %q", got, target)
+			}
+			if got := evs[1].Annotations[audit.AnnotationPinnedCluster]; got != tc.pinned {
+				t.Errorf("pinned-cluster annotation %q, want %q", got, tc.pinned)
+			}
 			started, complete := evs[0], evs[1]
 			if started.Stage != audit.StageResponseStarted || complete.Stage != audit.StageResponseComplete || started.AuditID != complete.AuditID {
 				t.Fatalf("stages %s, %s with IDs %s, %s; want ResponseStarted then ResponseComplete of one request", started.Stage, complete.Stage, started.AuditID, complete.AuditID)

@@ -13,6 +13,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
 )
 
@@ -89,7 +90,10 @@ func (p *Proxy) warmUpMember(ctx context.Context, namespace, pod string) {
 	if p.members == nil || !ok {
 		return
 	}
-	cluster := h.ClusterHint(namespace, pod)
+	cluster, pinned := resolver.PinnedCluster(ctx)
+	if !pinned {
+		cluster = h.ClusterHint(namespace, pod)
+	}
 	if cluster == "" || len(validation.IsDNS1123Label(cluster)) > 0 {
 		return
 	}

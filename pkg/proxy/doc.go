@@ -16,6 +16,14 @@
 //     subresources, with or without segments after it, but is not canonical
 //     is answered 400 and never sent upstream, so the gateway and karmada-apiserver can never disagree about
 //     which pod a request is for.
+//   - Pinned member (pinned.go): a request under /clusters/<name>/ is
+//     served as the request below the prefix, its context pinned to member
+//     cluster <name> (resolver.WithPinnedCluster), so the rewritten routes
+//     and the events merge reach that member's copy and everything else
+//     goes to karmada-apiserver without the prefix. The prefix is parsed as
+//     strictly as the pod paths: a path some reading puts under /clusters/
+//     that is not exactly /clusters/<DNS-1123 label>, unescaped, with no
+//     second prefix below, is answered 400.
 //   - Pod and service proxy (proxysubresource.go):
 //     /api/v1/namespaces/<ns>/pods/<[scheme:]name[:port]>/proxy[/<rest>],
 //     and with Options.ServiceResolver set the same path for services, goes,

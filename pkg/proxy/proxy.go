@@ -283,6 +283,8 @@ type requestState struct {
 	clientGone bool
 
 	upstreamName string // for error messages and logs
+	// pinned is the member cluster the path prefix pinned (pinClusterPath).
+	pinned string
 	// cluster is the member a rewritten request goes to; pod, for pod
 	// subresources, the pod. Streams name them when a member cuts them.
 	// member, in direct mode, is how it is reached (nil: through

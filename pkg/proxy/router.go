@@ -34,7 +34,7 @@ func isPodSubresource(s string) bool {
 // stream is already known to be canonical.
 func newRouter(rewrite, passthrough, pods, services http.HandlerFunc, events func(http.Handler) http.Handler) http.Handler {
 	mux := chi.NewRouter()
-	mux.Use(guardPodRequests)
+	mux.Use(pinClusterPath, guardPodRequests)
 	mux.Use(routeProxySubresource(podProxy, pods))
 	if services != nil {
 		mux.Use(routeProxySubresource(serviceProxy, services))

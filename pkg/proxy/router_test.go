@@ -150,6 +150,38 @@ func TestRouting(t *testing.T) {
 		{"exec of a non-pod resource", "POST", "/api/v1/namespaces/ci/services/x/exec", 200, "/api/v1/namespaces/ci/services/x/exec"},
 		{"upper case subresource is not exec", "POST", "/api/v1/namespaces/ci/pods/x/EXEC", 200, "/api/v1/namespaces/ci/pods/x/EXEC"},
 		{"root", "GET", "/", 200, "/"},
+		{"karmada's own cluster proxy", "GET", "/apis/cluster.karmada.io/v1alpha1/clusters/member1/proxy/api/v1/namespaces/ci/pods/x/log",
+			200, "/apis/cluster.karmada.io/v1alpha1/clusters/member1/proxy/api/v1/namespaces/ci/pods/x/log"},
+		{"a path starting clustersx", "GET", "/clustersx/member2/api", 200, "/clustersx/member2/api"},
+
+		// Under a server URL pinning a member cluster: the rewritten
+		// routes go to that member, everything else to karmada-apiserver
+		// without the prefix.
+		{"pinned exec", "POST", "/clusters/member2/api/v1/namespaces/ci/pods/job-42/exec?command=sh&stdin=true",
+			200, karmada.ClusterProxyPath("member2", "/api/v1/namespaces/ci/pods/job-42/exec") + "?command=sh&stdin=true"},
+		{"pinned log", "GET", "/clusters/member2/api/v1/namespaces/ci/pods/p/log?follow=true",
+			200, karmada.ClusterProxyPath("member2", "/api/v1/namespaces/ci/pods/p/log") + "?follow=true"},
+		{"pinned pod proxy", "GET", "/clusters/member2/api/v1/namespaces/ci/pods/x:8080/proxy/a%2Fb",
+			200, karmada.ClusterProxyPath("member2", "/api/v1/namespaces/ci/pods/x:8080/proxy") + "/a%2Fb"},
+		{"pinned pod", "GET", "/clusters/member2/api/v1/namespaces/ci/pods/x", 200, "/api/v1/namespaces/ci/pods/x"},
+		{"pinned discovery", "GET", "/clusters/member2/apis?timeout=32s", 200, "/apis?timeout=32s"},
+		{"pinned encoded configmap name kept", "GET", "/clusters/member2/api/v1/namespaces/ci/configmaps/a%2Fb", 200, "/api/v1/namespaces/ci/configmaps/a%2Fb"},
+		{"pinned root", "GET", "/clusters/member2", 200, "/"},
+		{"pinned root slash", "GET", "/clusters/member2/", 200, "/"},
+		{"pinned non-canonical exec", "POST", "/clusters/member2/api/v1/namespaces/ci/pods/a%2Fb/exec", 400, ""},
+		{"pinned exec wrong method", "PUT", "/clusters/member2/api/v1/namespaces/ci/pods/x/exec", 405, ""},
+		{"pinned double slash to exec", "POST", "/clusters/member2//api/v1/namespaces/ci/pods/x/exec", 400, ""},
+		{"pinned upper case cluster", "GET", "/clusters/Member2/api", 400, ""},
+		{"pinned cluster with dot", "GET", "/clusters/member.2/api", 400, ""},
+		{"pinned encoded cluster", "GET", "/clusters/%6dember2/api", 400, ""},
+		{"pinned empty cluster", "GET", "/clusters//api", 400, ""},
+		{"pinned prefix alone", "GET", "/clusters", 400, ""},
+		{"pinned dot dot cluster", "POST", "/clusters/../api/v1/namespaces/ci/pods/x/exec", 400, ""},
+		{"pinned twice", "POST", "/clusters/member2/clusters/member1/api/v1/namespaces/ci/pods/x/exec", 400, ""},
+		{"pinned after dot segment", "GET", "/./clusters/member2/api", 400, ""},
+		{"pinned after double slash", "GET", "//clusters/member2/api", 400, ""},
+		{"pinned behind dot dot", "POST", "/api/../clusters/member2/api/v1/namespaces/ci/pods/x/exec", 400, ""},
+		{"pinned encoded prefix", "GET", "/%63lusters/member2/api", 400, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

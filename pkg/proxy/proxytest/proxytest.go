@@ -45,9 +45,14 @@ func (s *Resolver) ResolvePod(ctx context.Context, namespace, name string) (reso
 	return resolver.Placement{Cluster: cluster, TemplateUID: s.TemplateUID, MemberUID: s.MemberUID}, err
 }
 
-// Resolve implements proxy.Resolver.
-func (s *Resolver) Resolve(_ context.Context, namespace, name string) (string, error) {
+// Resolve implements proxy.Resolver. A request pinned to a member cluster
+// (resolver.WithPinnedCluster) gets that cluster, as if every object were
+// placed on every cluster.
+func (s *Resolver) Resolve(ctx context.Context, namespace, name string) (string, error) {
 	s.record(namespace + "/" + name)
+	if pinned, ok := resolver.PinnedCluster(ctx); ok && s.Err == nil {
+		return pinned, nil
+	}
 	return s.Cluster, s.Err
 }
 
