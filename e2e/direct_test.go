@@ -619,11 +619,12 @@ func startCIJob(ctx context.Context, t *testing.T, cfg *rest.Config, kind, pod, 
 	return j
 }
 
-// end has the job's script end and checks it ended with its exit code and
-// every line, in order.
-func (j *ciJob) end(ctx context.Context, t *testing.T, pod string) {
+// end has the job's script end, with a kubectl exec into pod through
+// kubeconfig, and checks it ended with its exit code and every line, in
+// order.
+func (j *ciJob) end(ctx context.Context, t *testing.T, kubeconfig, pod string) {
 	t.Helper()
-	if _, _, err := testEnv.RunKubectl(ctx, testEnv.GatewayKubeconfig(env.UserExecOnly), nil, "exec", pod, "-c", "main", "--", "touch", "/tmp/"+j.name); err != nil {
+	if _, _, err := testEnv.RunKubectl(ctx, kubeconfig, nil, "exec", pod, "-c", "main", "--", "touch", "/tmp/"+j.name); err != nil {
 		t.Fatalf("end job %s: %v", j.name, err)
 	}
 	select {
@@ -754,7 +755,7 @@ func testStreamsOutliveControlPlane(t *testing.T, gws accessGateways) {
 	}
 	for _, o := range direct {
 		for j, pod := range o.jobs {
-			j.end(ctx, t, pod)
+			j.end(ctx, t, testEnv.GatewayKubeconfig(env.UserExecOnly), pod)
 		}
 		// stdin closed: each exec's command ends and its exit status
 		// arrives through the same stream.

@@ -1043,5 +1043,41 @@ func readmeExecFromOutside(t *testing.T, e *env.Env, sh *readmeShell, pod, comma
 	}
 	sh.mustRun(t, strings.Replace(lines[1], "127.0.0.1:8443", "127.0.0.1:"+m[1], 1))
 	sh.mustRun(t, lines[2])
-	return sh.mustRun(t, strings.NewReplacer("<namespace>", env.Namespace, "<pod>", pod, "<command>", command).Replace(lines[3]))
+	out := sh.mustRun(t, strings.NewReplacer("<namespace>", env.Namespace, "<pod>", pod, "<command>", command).Replace(lines[3]))
+	readmePinnedContexts(t, e, sh, m[1], pod, command, out)
+	return out
+}
+
+// readmePinnedContexts runs README's per-member contexts (the block with
+// /clusters/<member>) as written for every member, through the
+// port-forward on port: the exec runs in the member that has pod and
+// prints what the unpinned one printed; every other member answers that
+// the pod is not placed there, naming where it is.
+func readmePinnedContexts(t *testing.T, e *env.Env, sh *readmeShell, port, pod, command, want string) {
+	t.Helper()
+	var lines []string
+	for _, b := range helmtest.ReadmeShBlocks(t, "Point executors at the gateway") {
+		if slices.ContainsFunc(b, func(l string) bool { return strings.Contains(l, "/clusters/<member>") }) {
+			lines = slices.DeleteFunc(slices.Clone(b), func(l string) bool { return strings.HasPrefix(l, "#") })
+		}
+	}
+	if len(lines) != 3 || !strings.Contains(lines[0], "https://127.0.0.1:8443/clusters/<member>") || !strings.Contains(lines[2], " exec <pod> ") {
+		t.Fatalf("README's per-member block is not set-cluster, set-context, exec as this test reads it: %q", lines)
+	}
+	placed, err := e.PodClusters(t.Context(), env.Namespace, pod)
+	if err != nil || len(placed) != 1 {
+		t.Fatalf("clusters of %s: %v, %v", pod, placed, err)
+	}
+	for _, member := range e.Members() {
+		r := strings.NewReplacer("<member>", member, "127.0.0.1:8443", "127.0.0.1:"+port, "<namespace>", env.Namespace, "<pod>", pod, "<command>", command)
+		sh.mustRun(t, r.Replace(lines[0]))
+		sh.mustRun(t, r.Replace(lines[1]))
+		out, err := sh.run(t.Context(), r.Replace(lines[2]))
+		switch {
+		case member == placed[0] && (err != nil || out != want):
+			t.Errorf("README's exec pinned to %s, where %s runs: %q, %v; want %q", member, pod, out, err, want)
+		case member != placed[0] && (err == nil || !strings.Contains(out, fmt.Sprintf("is not placed on member cluster %q", member)) || !strings.Contains(out, "Karmada placed it on "+placed[0])):
+			t.Errorf("README's exec pinned to %s, where %s does not run: %q, %v; want the 404 naming %s", member, pod, out, err, placed[0])
+		}
+	}
 }
