@@ -20,6 +20,32 @@ import (
 
 var overridePolicyGVR = schema.GroupVersionResource{Group: "policy.karmada.io", Version: "v1alpha1", Resource: "overridepolicies"}
 
+// withShippedPodStatusInterpreter applies the shipped Pod status
+// interpreter (deploy/karmada/pod-status-interpreter.yaml) in Karmada until
+// t ends. It applies to every Pod: a test using it must not be parallel.
+func withShippedPodStatusInterpreter(t *testing.T) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(testEnv.KarmadaConfig(env.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	customizations := dyn.Resource(karmada.ResourceInterpreterCustomizationGVR)
+	shipped := shippedPodStatusInterpreter(t)
+	if _, err := customizations.Create(t.Context(), shipped, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("apply the shipped customization: %v", err)
+		}
+		return
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := deleteCustomization(ctx, customizations, shipped.GetName()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+}
+
 // TestPodStatusAcrossMembers runs the shipped Pod status interpreter
 // (deploy/karmada/pod-status-interpreter.yaml) in real Karmada on pods that
 // real kubelets run on both members at once (a Duplicated policy): one
@@ -32,24 +58,10 @@ var overridePolicyGVR = schema.GroupVersionResource{Group: "policy.karmada.io", 
 func TestPodStatusAcrossMembers(t *testing.T) {
 	dumpLogsOnFailure(t)
 	ctx := t.Context()
+	withShippedPodStatusInterpreter(t)
 	dyn, err := dynamic.NewForConfig(testEnv.KarmadaConfig(env.UserAdmin))
 	if err != nil {
 		t.Fatal(err)
-	}
-	customizations := dyn.Resource(karmada.ResourceInterpreterCustomizationGVR)
-	shipped := shippedPodStatusInterpreter(t)
-	if _, err := customizations.Create(ctx, shipped, metav1.CreateOptions{}); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("apply the shipped customization: %v", err)
-		}
-	} else {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := deleteCustomization(ctx, customizations, shipped.GetName()); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		})
 	}
 
 	const running, pending, failed = "across-running", "across-pending", "across-failed"
