@@ -8,8 +8,10 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
 	"os"
 	"os/exec"
@@ -781,27 +783,26 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 		open = append(open, session)
 	}
 	ready := watchReady(t, host, r.namespace, r.release)
+	old := map[string]bool{before[0].Name: true, before[1].Name: true}
+	carrier := sessionsCarrier(t, records, old, pod, sessions)
 
 	sh.mustRun(t, r.upgrade)
-	// Every old pod gets its SIGTERM (deletionTimestamp) or is gone; the
-	// one carrying the sessions stays, draining them.
-	old := map[string]bool{before[0].Name: true, before[1].Name: true}
+	// The pod carrying the sessions gets its SIGTERM (deletionTimestamp) and
+	// stays, draining them. It may be the first old pod to go: the other
+	// one's SIGTERM waits for a second new pod to be Ready, which on a
+	// loaded machine took longer than the grace period, so the sessions
+	// are released on the carrier's own SIGTERM.
 	var sigterm time.Time
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := host.CoreV1().Pods(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + r.release})
-		if err != nil {
+		p, err := host.CoreV1().Pods(r.namespace).Get(ctx, carrier, metav1.GetOptions{})
+		if err != nil || p.DeletionTimestamp == nil {
 			return false, nil
-		}
-		for _, p := range list.Items {
-			if old[p.Name] && p.DeletionTimestamp == nil {
-				return false, nil
-			}
 		}
 		sigterm = time.Now()
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("the old pods %v were not all terminated after %q: %v", before, r.upgrade, err)
+		t.Fatalf("%s, carrying the sessions, was not terminated after %q: %v", carrier, r.upgrade, err)
 	}
 	for i := range drained {
 		if _, err := e.MemberExec(ctx, member[0], env.Namespace, pod, "main", "touch", release(i)); err != nil {
@@ -818,7 +819,7 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 			t.Errorf("exec session %d, open past the grace period, ended with %v, stderr %q; want the gateway's Failure", i, err, session.stderr.String())
 		}
 	}
-	t.Logf("sessions drained or ended %s after the last old pod's SIGTERM", time.Since(sigterm).Round(100*time.Millisecond))
+	t.Logf("sessions drained or ended %s after %s's SIGTERM", time.Since(sigterm).Round(100*time.Millisecond), carrier)
 	after, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -843,6 +844,39 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 	}
 	sessionRecords{command: "/tmp/release-upgrade-", output: "session open", exit: "7", n: sessions,
 		ends: map[string]int{"completed": drained, "gateway_shutdown": sessions - drained}}.check(t, player, events, records.recordings)
+}
+
+// sessionsCarrier is the gateway pod of old whose audit log has the
+// ResponseStarted events of n exec sessions into pod: the one a
+// port-forward to the Service picked.
+func sessionsCarrier(t *testing.T, records hostRecords, old map[string]bool, pod string, n int) string {
+	t.Helper()
+	var carrier string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for name := range old {
+			b, err := os.ReadFile(filepath.Join(records.audit, "audit-"+name+".log"))
+			if err != nil {
+				continue
+			}
+			started := 0
+			for line := range bytes.SplitSeq(b, []byte("\n")) {
+				var ev auditv1.Event
+				if json.Unmarshal(line, &ev) == nil && ev.Stage == auditv1.StageResponseStarted &&
+					ev.ObjectRef != nil && ev.ObjectRef.Name == pod && ev.ObjectRef.Subresource == "exec" {
+					started++
+				}
+			}
+			if started >= n {
+				carrier = name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no gateway pod of %v audited the %d sessions into %s: %v", slices.Collect(maps.Keys(old)), n, pod, err)
+	}
+	return carrier
 }
 
 // installedScrape is Debian's Prometheus scraping the installed gateway's
@@ -1051,8 +1085,9 @@ func readmeExecFromOutside(t *testing.T, e *env.Env, sh *readmeShell, pod, comma
 // readmePinnedContexts runs README's per-member contexts (the block with
 // /clusters/<member>) as written for every member, through the
 // port-forward on port: the exec runs in the member that has pod and
-// prints what the unpinned one printed; every other member answers that
-// the pod is not placed there, naming where it is.
+// prints what the unpinned one printed; every other member, and a name
+// that is no member, answers that the pod is not placed there, naming
+// where it is.
 func readmePinnedContexts(t *testing.T, e *env.Env, sh *readmeShell, port, pod, command, want string) {
 	t.Helper()
 	var lines []string
@@ -1068,7 +1103,9 @@ func readmePinnedContexts(t *testing.T, e *env.Env, sh *readmeShell, port, pod, 
 	if err != nil || len(placed) != 1 {
 		t.Fatalf("clusters of %s: %v, %v", pod, placed, err)
 	}
-	for _, member := range e.Members() {
+	// The Helm test's environment may have one member: a Cluster name
+	// Karmada does not know is refused the same way.
+	for _, member := range append(e.Members(), "no-such-member") {
 		r := strings.NewReplacer("<member>", member, "127.0.0.1:8443", "127.0.0.1:"+port, "<namespace>", env.Namespace, "<pod>", pod, "<command>", command)
 		sh.mustRun(t, r.Replace(lines[0]))
 		sh.mustRun(t, r.Replace(lines[1]))
