@@ -41,6 +41,10 @@ func PodStreamRequests(method, namespace, pod, subresource string) []ResourceReq
 	return out
 }
 
+// MethodVerb is the verb kube-apiserver derives from method for a request
+// that names its object ("" for a method it has none for).
+func MethodVerb(method string) string { return methodVerbs[method] }
+
 // ProxySubresourceRequest is what kube-apiserver authorizes a method request
 // on <resource>/<segment>/proxy in namespace as: the proxy subresource of
 // pods or services, named by the whole path segment (RequestInfo takes it as

@@ -141,7 +141,12 @@ func (p *Proxy) getFromMember(ctx context.Context, r *http.Request, cluster, pat
 
 // getMemberAs GETs pathAndQuery below m with r's headers, edited by edit.
 func (p *Proxy) getMemberAs(ctx context.Context, r *http.Request, m *memberaccess.Member, edit func(http.Header), pathAndQuery, accept string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.Base.String()+pathAndQuery, nil)
+	return p.sendMemberAs(ctx, r, m, edit, http.MethodGet, pathAndQuery, accept, nil)
+}
+
+// sendMemberAs is getMemberAs for any method, with body.
+func (p *Proxy) sendMemberAs(ctx context.Context, r *http.Request, m *memberaccess.Member, edit func(http.Header), method, pathAndQuery, accept string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, m.Base.String()+pathAndQuery, bodyReader(body))
 	if err != nil {
 		return nil, err
 	}

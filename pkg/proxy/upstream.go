@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 
 	"k8s.io/klog/v2"
@@ -52,13 +54,19 @@ func (p *Proxy) passthroughIdentity(ctx context.Context, r *http.Request) (upstr
 // but for hop-by-hop ones and Accept-Encoding (the gateway reads the body
 // itself).
 func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamIdentity, pathAndQuery, accept string) (*http.Response, error) {
+	return p.sendAccepting(ctx, r, as, http.MethodGet, pathAndQuery, accept, nil)
+}
+
+// sendAccepting is getAccepting for any method, with body (the client's
+// Content-Type is kept).
+func (p *Proxy) sendAccepting(ctx context.Context, r *http.Request, as upstreamIdentity, method, pathAndQuery, accept string, body []byte) (*http.Response, error) {
 	if as.authorize != nil {
 		if err := as.authorize(ctx); err != nil {
 			return nil, err
 		}
 	}
 	target := p.upstream.Base.String() + pathAndQuery
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	req, err := http.NewRequestWithContext(ctx, method, target, bodyReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +77,14 @@ func (p *Proxy) getAccepting(ctx context.Context, r *http.Request, as upstreamId
 		p.credentialAccepted(r, res.StatusCode)
 	}
 	return res, err
+}
+
+// bodyReader is body as a request body; nil for none.
+func bodyReader(body []byte) io.Reader {
+	if body == nil {
+		return nil
+	}
+	return bytes.NewReader(body)
 }
 
 // checkHeader: r's headers as a GET on its behalf sends them as as.
