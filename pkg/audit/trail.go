@@ -34,7 +34,7 @@ const callerWait = 2 * time.Second
 // its path guards refused.
 func Audited(route string) bool {
 	switch route {
-	case "exec", "attach", "log", "portforward", "podproxy", "serviceproxy", "events", "refused":
+	case "exec", "attach", "log", "portforward", "podproxy", "serviceproxy", "events", "ephemeralcontainers", "refused":
 		return true
 	}
 	return false

@@ -23,6 +23,9 @@ const (
 	// RouteEvents is an events list or watch scoped to one pod, answered
 	// with the member cluster's events merged in.
 	RouteEvents = "events"
+	// RouteEphemeralContainers is a write of pods/{name}/ephemeralcontainers
+	// (kubectl debug), made in the template and in the member's copy.
+	RouteEphemeralContainers = "ephemeralcontainers"
 	// RouteRefused is a request the gateway's path guards answered
 	// themselves (400, 405): nothing went upstream.
 	RouteRefused = "refused"

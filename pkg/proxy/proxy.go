@@ -266,7 +266,10 @@ func New(opts Options) (*Proxy, error) {
 		}
 		events = routeClaimed(p.events.Claims, p.serveEvents)
 	}
-	p.router = newRouter(p.serveRewrite, p.servePassthrough, p.servePodProxy, services, events)
+	p.router = newRouter(routes{
+		rewrite: p.serveRewrite, passthrough: p.servePassthrough, pods: p.servePodProxy,
+		services: services, ephemeral: p.serveEphemeralContainers, events: events,
+	})
 	return p, nil
 }
 

@@ -26,29 +26,40 @@ func isPodSubresource(s string) bool {
 	return false
 }
 
-// newRouter routes the four pod subresources to rewrite, pods/proxy to
-// podProxy, services/proxy to services when it is not nil, what the events
-// middleware claims to it when it is not nil, and everything else to
-// passthrough.
-// guardPodRequests runs first, so a request reaching chi that addresses a pod
-// stream is already known to be canonical.
-func newRouter(rewrite, passthrough, pods, services http.HandlerFunc, events func(http.Handler) http.Handler) http.Handler {
+// routes are the handlers newRouter routes to; services, ephemeral and
+// events are optional.
+type routes struct {
+	// rewrite serves the four pod stream subresources, pods the pods/proxy
+	// ones, services services/proxy, ephemeral the writes of
+	// pods/ephemeralcontainers, passthrough everything else.
+	rewrite, passthrough, pods, services, ephemeral http.HandlerFunc
+	// events claims the pod-scoped events lists and watches it merges.
+	events func(http.Handler) http.Handler
+}
+
+// newRouter routes as routes says. pinClusterPath and guardPodRequests run
+// first, so a request reaching chi that addresses a pod stream is already
+// known to be canonical and below any /clusters/<member>/ prefix.
+func newRouter(rt routes) http.Handler {
 	mux := chi.NewRouter()
 	mux.Use(pinClusterPath, guardPodRequests)
-	mux.Use(routeProxySubresource(podProxy, pods))
-	if services != nil {
-		mux.Use(routeProxySubresource(serviceProxy, services))
+	mux.Use(routeProxySubresource(podProxy, rt.pods))
+	if rt.services != nil {
+		mux.Use(routeProxySubresource(serviceProxy, rt.services))
 	}
-	if events != nil {
-		mux.Use(events)
+	if rt.ephemeral != nil {
+		mux.Use(routeEphemeralContainers(rt.ephemeral))
+	}
+	if rt.events != nil {
+		mux.Use(rt.events)
 	}
 	for _, sub := range podSubresources {
 		pattern := "/api/v1/namespaces/{namespace}/pods/{name}/" + sub
-		mux.MethodFunc(http.MethodGet, pattern, rewrite)
-		mux.MethodFunc(http.MethodPost, pattern, rewrite)
+		mux.MethodFunc(http.MethodGet, pattern, rt.rewrite)
+		mux.MethodFunc(http.MethodPost, pattern, rt.rewrite)
 	}
 	mux.MethodNotAllowed(methodNotAllowed)
-	mux.NotFound(passthrough)
+	mux.NotFound(rt.passthrough)
 	return mux
 }
 
@@ -105,6 +116,12 @@ func guardPodRequests(next http.Handler) http.Handler {
 // DNS-1123 label namespace and a DNS-1123 subdomain pod name (what
 // kube-apiserver validates pod names as; it excludes "." and "..").
 func parsePodRequest(u *url.URL) (PodRequest, bool) {
+	return parsePodPath(u, isPodSubresource)
+}
+
+// parsePodPath is parsePodRequest for the subresources subresource
+// accepts.
+func parsePodPath(u *url.URL, subresource func(string) bool) (PodRequest, bool) {
 	if u.Opaque != "" {
 		return PodRequest{}, false
 	}
@@ -118,7 +135,7 @@ func parsePodRequest(u *url.URL) (PodRequest, bool) {
 		return PodRequest{}, false
 	}
 	pr := PodRequest{Namespace: segs[4], Name: segs[6], Subresource: segs[7]}
-	if !isPodSubresource(pr.Subresource) ||
+	if !subresource(pr.Subresource) ||
 		len(validation.IsDNS1123Label(pr.Namespace)) > 0 ||
 		len(validation.IsDNS1123Subdomain(pr.Name)) > 0 {
 		return PodRequest{}, false

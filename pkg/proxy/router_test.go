@@ -137,7 +137,7 @@ func TestRouting(t *testing.T) {
 		{"pod status", "PATCH", "/api/v1/namespaces/ci/pods/x/status", 200, "/api/v1/namespaces/ci/pods/x/status"},
 		{"eviction", "POST", "/api/v1/namespaces/ci/pods/x/eviction", 200, "/api/v1/namespaces/ci/pods/x/eviction"},
 		{"binding", "POST", "/api/v1/namespaces/ci/pods/x/binding", 200, "/api/v1/namespaces/ci/pods/x/binding"},
-		{"ephemeralcontainers", "PATCH", "/api/v1/namespaces/ci/pods/x/ephemeralcontainers", 200, "/api/v1/namespaces/ci/pods/x/ephemeralcontainers"},
+		{"ephemeralcontainers read", "GET", "/api/v1/namespaces/ci/pods/x/ephemeralcontainers", 200, "/api/v1/namespaces/ci/pods/x/ephemeralcontainers"},
 		{"resize", "PATCH", "/api/v1/namespaces/ci/pods/x/resize", 200, "/api/v1/namespaces/ci/pods/x/resize"},
 		{"service proxy", "GET", "/api/v1/namespaces/ci/services/https:svc:443/proxy/ws?x=1", 200, "/api/v1/namespaces/ci/services/https:svc:443/proxy/ws?x=1"},
 		{"pods watch list", "GET", "/api/v1/namespaces/ci/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&fieldSelector=status.phase%3DRunning%2Cmetadata.name%3Djob-42",

@@ -200,6 +200,11 @@ rules:
   - apiGroups: [""]
     resources: [pods/log]
     verbs: [get]
+  # kubectl debug: the ephemeral container the gateway adds to the member's
+  # copy, after a SubjectAccessReview of the caller's write on the template.
+  - apiGroups: [""]
+    resources: [pods/ephemeralcontainers]
+    verbs: [patch, update]
   # pods/proxy, authorized in the gateway by the verb kube-apiserver derives
   # from the method (HEAD is get).
   - apiGroups: [""]

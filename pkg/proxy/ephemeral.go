@@ -1,0 +1,333 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+)
+
+// ephemeralSubresource is the pod subresource `kubectl debug` patches to
+// add a debug container.
+const ephemeralSubresource = "ephemeralcontainers"
+
+// maxEphemeralBody bounds a pods/ephemeralcontainers write's body: a patch
+// of one container, or a Pod for PUT.
+const maxEphemeralBody = 1 << 20
+
+// ephemeralWriteAttempts is how often the template's write is tried once
+// the member's copy has the container: it cannot be taken back there.
+const ephemeralWriteAttempts = 3
+
+func isEphemeralSubresource(s string) bool { return s == ephemeralSubresource }
+
+// targetsEphemeralContainers reports whether some plausible reading of u's
+// path addresses pods/<x>/ephemeralcontainers (see targetsPodSubresource).
+func targetsEphemeralContainers(u *url.URL) bool {
+	return pathMayHold(u, "pods", ephemeralSubresource) && anyReading(u, func(s []string) bool {
+		return len(s) >= 7 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" &&
+			s[4] == "pods" && s[6] == ephemeralSubresource
+	})
+}
+
+// routeEphemeralContainers sends writes of pods/{name}/ephemeralcontainers
+// to serve and reads (the template, whose status the Pod status
+// interpreter fills from the member) on to karmada-apiserver. Any other
+// form is refused as the stream subresources' are: karmada-apiserver must
+// never change a template's ephemeral containers without the member's copy
+// (Karmada's sync then fails on the pod: a member refuses every other
+// change of spec.ephemeralContainers).
+func routeEphemeralContainers(serve http.HandlerFunc) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !targetsEphemeralContainers(r.URL) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if _, ok := parsePodPath(r.URL, isEphemeralSubresource); !ok {
+				refuse(w, r, apierrors.NewBadRequest(fmt.Sprintf(
+					"invalid pod subresource path %q: want /api/v1/namespaces/<namespace>/pods/<name>/ephemeralcontainers with a DNS-1123 label namespace, a DNS-1123 subdomain name and no percent-encoding",
+					r.URL.EscapedPath())))
+				return
+			}
+			switch r.Method {
+			case http.MethodGet:
+				next.ServeHTTP(w, r)
+			case http.MethodPatch, http.MethodPut:
+				serve(w, r)
+			default:
+				w.Header().Set("Allow", "GET, PATCH, PUT")
+				refuse(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/ephemeralcontainers"}, r.Method))
+			}
+		})
+	}
+}
+
+// serveEphemeralContainers adds ephemeral containers (kubectl debug) to a
+// federated pod: to the copy in the member cluster the pod resolves to,
+// where the kubelet runs it, and to its template in karmada-apiserver,
+// which kubectl watches for the container's status. A member refuses any
+// change of spec.ephemeralContainers but through this subresource, so
+// Karmada's sync of the pod stays healthy only if both get the same
+// containers, and neither can be taken back (nor tried first: the
+// subresource has no dry run). So everything that can be checked is
+// checked first, as for exec: authorize mode's SubjectAccessReview of the
+// write, passthrough's admission check and a SelfSubjectAccessReview of
+// the write in karmada-apiserver as the caller, the resolution (the copy
+// check, acting as the gateway). Then the member writes its copy: its
+// refusal (its RBAC, its Pod Security admission, validation) is relayed
+// with nothing changed. Then karmada-apiserver writes the template with
+// the caller's credentials, retried while it fails for a passing reason;
+// its answer is the client's.
+func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	state := stateFrom(ctx)
+	state.route = metrics.RouteEphemeralContainers
+	pr, ok := parsePodPath(r.URL, isEphemeralSubresource)
+	if !ok { // routeEphemeralContainers refused these
+		refuse(w, r, apierrors.NewBadRequest("invalid pod subresource path"))
+		return
+	}
+	state.pod = pr
+	logger := klog.FromContext(ctx).WithValues("namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxEphemeralBody+1))
+	if err != nil {
+		p.handleError(w, r, fmt.Errorf("reading the request body: %w", err))
+		return
+	}
+	if len(body) > maxEphemeralBody {
+		apiresponse.WriteStatus(w, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a pods/ephemeralcontainers body is limited to %d bytes", maxEphemeralBody)))
+		return
+	}
+
+	rr := identity.ResourceRequest{Namespace: pr.Namespace, Verb: identity.MethodVerb(r.Method), Resource: "pods", Subresource: ephemeralSubresource, Name: pr.Name}
+	if p.authMode == AuthAuthorize {
+		done := state.phases.TimeCheck("authorization")
+		caller, err := p.authorizer.AuthorizeResource(ctx, r, rr)
+		done()
+		state.authorizedBy(caller, err)
+		if err != nil {
+			logger.V(2).Info("Request not authorized", "err", err)
+			apiresponse.WriteStatus(w, err)
+			return
+		}
+	} else if !p.admittedByKarmada(w, r, podsResource.Resource, pr.Namespace, pr.Name) || !p.callerMay(w, r, rr) {
+		return
+	}
+	cluster, err := p.resolvePod(ctx, pr.Namespace, pr.Name)
+	if err != nil {
+		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
+		apiresponse.WriteStatus(w, err)
+		return
+	}
+	state.cluster = cluster
+	logger = logger.WithValues("cluster", cluster)
+	path := "/api/v1/namespaces/" + pr.Namespace + "/pods/" + pr.Name + "/" + ephemeralSubresource + "?" + r.URL.RawQuery
+	accept := r.Header.Get("Accept")
+	if accept == "" {
+		accept = "application/json"
+	}
+
+	res, err := p.sendToMember(ctx, r, cluster, path, accept, body)
+	if err != nil {
+		p.ephemeralUnreachable(w, r, cluster, err)
+		return
+	}
+	if res.StatusCode/100 != 2 {
+		logger.V(2).Info("Member cluster refused the ephemeral container", "code", res.StatusCode)
+		relayResponse(w, res)
+		return
+	}
+	drain(res)
+
+	id, err := p.passthroughIdentity(ctx, r)
+	if err != nil {
+		apiresponse.WriteStatus(w, err)
+		return
+	}
+	tmpl, err := retryWrite(ctx, func() (*http.Response, error) {
+		return p.sendAccepting(ctx, r, id, r.Method, r.URL.EscapedPath()+"?"+r.URL.RawQuery, accept, body)
+	})
+	if err != nil {
+		logger.Error(err, "Member copy has the ephemeral container, the template does not")
+		apiresponse.WriteStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
+			Details: &metav1.StatusDetails{Name: pr.Name, Kind: "pods"},
+			Message: fmt.Sprintf("the ephemeral container was added to the copy of pod %q in member cluster %q, but karmada-apiserver did not add it to the template: %v; "+
+				"Karmada cannot sync the pod to %q until the template has the same ephemeral containers", pr.Namespace+"/"+pr.Name, cluster, err, cluster),
+		}})
+		return
+	}
+	logger.V(4).Info("Ephemeral container added to the member copy and the template")
+	relayResponse(w, tmpl)
+}
+
+// retryWrite sends until an answer is 2xx, up to ephemeralWriteAttempts
+// times while it fails for a passing reason (no answer, 5xx, 409, 429).
+func retryWrite(ctx context.Context, send func() (*http.Response, error)) (*http.Response, error) {
+	var last error
+	for attempt := range ephemeralWriteAttempts {
+		if attempt > 0 {
+			t := time.NewTimer(time.Duration(attempt) * 200 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, errors.Join(last, ctx.Err())
+			case <-t.C:
+			}
+		}
+		res, err := send()
+		if err != nil {
+			last = err
+			continue
+		}
+		if res.StatusCode/100 == 2 {
+			return res, nil
+		}
+		last = fmt.Errorf("%d: %s", res.StatusCode, responseMessage(res))
+		if res.StatusCode < 500 && res.StatusCode != http.StatusConflict && res.StatusCode != http.StatusTooManyRequests {
+			return nil, last // judged, not failed: trying again gets the same answer
+		}
+	}
+	return nil, last
+}
+
+// callerMay asks karmada-apiserver, as the caller (a SelfSubjectAccessReview
+// with r's credentials and identity headers), whether they may do rr. A
+// refusal or a failed review is answered and reported false.
+func (p *Proxy) callerMay(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest) bool {
+	ctx := r.Context()
+	review := authorizationv1.SelfSubjectAccessReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SelfSubjectAccessReview"},
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: rr.Namespace, Verb: rr.Verb, Group: rr.Group, Resource: rr.Resource, Subresource: rr.Subresource, Name: rr.Name,
+		}},
+	}
+	body, err := json.Marshal(review)
+	if err != nil {
+		apiresponse.WriteStatus(w, apierrors.NewInternalError(err))
+		return false
+	}
+	id, err := p.passthroughIdentity(ctx, r)
+	if err != nil {
+		apiresponse.WriteStatus(w, err)
+		return false
+	}
+	edit := id.editHeader
+	id.editHeader = func(h http.Header) {
+		if edit != nil {
+			edit(h)
+		}
+		h.Set("Content-Type", "application/json")
+	}
+	done := stateFrom(ctx).phases.TimeCheck("authorization")
+	res, err := p.sendAccepting(ctx, r, id, http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "application/json", body)
+	done()
+	if err != nil {
+		p.handleError(w, r, fmt.Errorf("checking the caller's access to %s/%s of %s/%s: %w", rr.Resource, rr.Subresource, rr.Namespace, rr.Name, err))
+		return false
+	}
+	if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusOK {
+		relayResponse(w, res)
+		return false
+	}
+	defer drain(res)
+	var answer authorizationv1.SelfSubjectAccessReview
+	if err := json.NewDecoder(io.LimitReader(res.Body, maxCheckBodyBytes)).Decode(&answer); err != nil {
+		p.handleError(w, r, fmt.Errorf("reading karmada-apiserver's SelfSubjectAccessReview: %w", err))
+		return false
+	}
+	if !answer.Status.Allowed {
+		why := answer.Status.Reason
+		if why == "" {
+			why = "no RBAC rule allows it"
+		}
+		apiresponse.WriteStatus(w, apierrors.NewForbidden(schema.GroupResource{Resource: rr.Resource + "/" + rr.Subresource}, rr.Name,
+			fmt.Errorf("the caller may not %s it in karmada-apiserver: %s", rr.Verb, why)))
+		return false
+	}
+	return true
+}
+
+// sendToMember sends r's method with body to pathAndQuery below cluster's
+// kube-apiserver: through its cluster proxy with the caller's headers
+// (passthrough) or the gateway's identity (authorize mode), or directly in
+// direct member access, acting as memberCaller says.
+func (p *Proxy) sendToMember(ctx context.Context, r *http.Request, cluster, pathAndQuery, accept string, body []byte) (*http.Response, error) {
+	if p.members != nil {
+		m, err := p.members.Member(ctx, cluster)
+		if err != nil {
+			return nil, err
+		}
+		as, err := p.memberCaller(ctx, r, cluster)
+		if err != nil {
+			return nil, err
+		}
+		return p.sendMemberAs(ctx, r, m, func(h http.Header) { m.SetIdentity(h, as) }, r.Method, pathAndQuery, accept, body)
+	}
+	as := upstreamIdentity{}
+	if p.authMode == AuthAuthorize {
+		as = upstreamIdentity{gateway: true, editHeader: identity.StripHeaders}
+	}
+	return p.sendAccepting(ctx, r, as, r.Method, karmada.ClusterProxyPath(cluster, pathAndQuery), accept, body)
+}
+
+// ephemeralUnreachable answers a member that could not be asked: an
+// APIStatus (authorize mode's refusal of clusters/proxy in direct mode, a
+// Cluster without its impersonator Secret) as it is, else 503 naming the
+// member.
+func (p *Proxy) ephemeralUnreachable(w http.ResponseWriter, r *http.Request, cluster string, err error) {
+	if errors.As(err, new(apierrors.APIStatus)) {
+		apiresponse.WriteStatus(w, err)
+		return
+	}
+	p.handleError(w, r, fmt.Errorf("member cluster %q: %w", cluster, err))
+}
+
+// maxEphemeralAnswer bounds what is read of an answer to relay: a Pod.
+const maxEphemeralAnswer = 8 << 20
+
+// relayResponse writes res to w as it came (apiresponse.Relay).
+func relayResponse(w http.ResponseWriter, res *http.Response) {
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxEphemeralAnswer))
+	if err != nil {
+		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("reading the answer: %v", err)))
+		return
+	}
+	apiresponse.Relay(w, res, body)
+}
+
+// drain reads and closes a response whose body is not needed, so its
+// connection is kept.
+func drain(res *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxCheckBodyBytes))
+	_ = res.Body.Close()
+}
+
+// responseMessage is the Status message of res's body, or its first bytes;
+// the body is drained.
+func responseMessage(res *http.Response) string {
+	defer drain(res)
+	b, _ := io.ReadAll(io.LimitReader(res.Body, maxCheckBodyBytes))
+	var st metav1.Status
+	if json.Unmarshal(b, &st) == nil && st.Message != "" {
+		return st.Message
+	}
+	return fmt.Sprintf("%.200q", b)
+}

@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
+)
+
+// ephemeralUpstream is karmada-apiserver and the cluster proxy in one: it
+// answers each pods/ephemeralcontainers write, "member dry run",
+// "template" or "member", with a Pod or, for the steps in refuse, a 403,
+// and records them.
+type ephemeralUpstream struct {
+	refuse map[string]bool
+
+	mu    sync.Mutex
+	steps []string
+	heads []http.Header
+	body  []string
+}
+
+func (u *ephemeralUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	proxytest.Admitting(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		step := "template"
+		switch {
+		case strings.HasPrefix(r.URL.Path, karmada.ClusterProxyPath(proxytest.Cluster, "")):
+			step = "member"
+		case strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews"):
+			step = "review"
+		}
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.steps = append(u.steps, r.Method+" "+step)
+		u.heads = append(u.heads, r.Header.Clone())
+		u.body = append(u.body, string(b))
+		refused := u.refuse[step]
+		u.mu.Unlock()
+		if step == "review" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"kind":"SelfSubjectAccessReview","apiVersion":"authorization.k8s.io/v1","status":{"allowed":%v}}`, !refused)
+			return
+		}
+		if !refused {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","annotations":{"from":%q}}}`, step)
+			return
+		}
+		apiresponse.WriteStatus(w, apierrors.NewForbidden(podsResource, "p", fmt.Errorf("%s says no", step)))
+	})).ServeHTTP(w, r)
+}
+
+// TestEphemeralContainersReachTheTemplateAndTheMember: a kubectl debug
+// patch, once the caller may make it (passthrough: a SelfSubjectAccessReview
+// as the caller; authorize mode: the Authorizer), goes to the member's
+// copy, then to the template in karmada-apiserver, the body unchanged; the
+// client gets the template's answer. A refusal of the review or by the
+// member is relayed and nothing more is written, so the template and its
+// copy never differ in ephemeral containers (Karmada's sync of the pod
+// fails when they do). A template refused after the member took it is
+// reported, naming the member and the consequence.
+func TestEphemeralContainersReachTheTemplateAndTheMember(t *testing.T) {
+	const target = "/api/v1/namespaces/ci/pods/p/ephemeralcontainers"
+	patch := `{"spec":{"ephemeralContainers":[{"name":"dbg","image":"busybox"}]}}`
+	for _, tc := range []struct {
+		name      string
+		mode      AuthMode
+		refuse    map[string]bool
+		wantCode  int
+		wantSteps []string
+		wantFrom  string // the annotation of the answer relayed
+		wantMsg   string
+	}{
+		{name: "added to both", mode: AuthPassthrough, wantCode: 200, wantSteps: []string{"POST review", "PATCH member", "PATCH template"}, wantFrom: "template"},
+		{name: "added to both, authorize mode", mode: AuthAuthorize, wantCode: 200, wantSteps: []string{"PATCH member", "PATCH template"}, wantFrom: "template"},
+		{name: "karmada-apiserver's review refuses: nothing written", mode: AuthPassthrough, refuse: map[string]bool{"review": true}, wantCode: 403, wantSteps: []string{"POST review"}, wantMsg: "may not patch it in karmada-apiserver"},
+		{name: "the member refuses: nothing written", mode: AuthPassthrough, refuse: map[string]bool{"member": true}, wantCode: 403, wantSteps: []string{"POST review", "PATCH member"}, wantMsg: "member says no"},
+		{name: "the template refused after the member took it: reported", mode: AuthAuthorize, refuse: map[string]bool{"template": true}, wantCode: 502, wantSteps: []string{"PATCH member", "PATCH template"}, wantMsg: `karmada-apiserver did not add it to the template`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &ephemeralUpstream{refuse: tc.refuse}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL, BearerToken: "gateway-token"}, AuthMode: tc.mode, Authorizer: authz})
+			rec := httptest.NewRecorder()
+			req := proxytest.RawRequest(t, http.MethodPatch, target+"?fieldManager=kubectl-debug", http.Header{
+				"Authorization": {"Bearer caller-token"}, "Content-Type": {"application/strategic-merge-patch+json"},
+			}, patch)
+			p.ServeHTTP(rec, req)
+			if rec.Code != tc.wantCode {
+				t.Fatalf("code %d, want %d: %s", rec.Code, tc.wantCode, rec.Body)
+			}
+			if !slices.Equal(up.steps, tc.wantSteps) {
+				t.Errorf("upstream writes %q, want %q", up.steps, tc.wantSteps)
+			}
+			for i, b := range up.body {
+				if up.steps[i] == "POST review" {
+					continue
+				}
+				if b != patch || up.heads[i].Get("Content-Type") != "application/strategic-merge-patch+json" {
+					t.Errorf("%s got %q as %q, want the client's patch as sent", up.steps[i], b, up.heads[i].Get("Content-Type"))
+				}
+				member := strings.HasPrefix(up.steps[i], "PATCH member")
+				wantToken := "Bearer caller-token"
+				if member && tc.mode == AuthAuthorize {
+					wantToken = "Bearer gateway-token"
+				}
+				if got := up.heads[i].Get("Authorization"); got != wantToken {
+					t.Errorf("%s sent as %q, want %q", up.steps[i], got, wantToken)
+				}
+			}
+			if tc.wantFrom != "" {
+				var pod struct {
+					Metadata struct{ Annotations map[string]string } `json:"metadata"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &pod); err != nil || pod.Metadata.Annotations["from"] != tc.wantFrom {
+					t.Errorf("answer %s, want the %s's", rec.Body, tc.wantFrom)
+				}
+			}
+			if tc.wantMsg != "" {
+				if st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes()); !strings.Contains(st.Message, tc.wantMsg) {
+					t.Errorf("Status %q, want it to say %q", st.Message, tc.wantMsg)
+				}
+			}
+			if tc.mode == AuthAuthorize {
+				want := identity.ResourceRequest{Namespace: "ci", Verb: "patch", Resource: "pods", Subresource: "ephemeralcontainers", Name: "p"}
+				if got := authz.Authorized(); len(got) == 0 || got[0] != want {
+					t.Errorf("authorized %+v, want %+v first", got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestEphemeralContainersPathGuard: a write of pods/ephemeralcontainers in
+// any non-canonical form is refused with nothing sent (karmada-apiserver
+// alone would add the container to the template only), another method
+// than GET, PATCH or PUT is 405, and GET reads the template.
+func TestEphemeralContainersPathGuard(t *testing.T) {
+	for _, tc := range []struct {
+		method, target string
+		wantCode       int
+		wantSteps      int
+	}{
+		{http.MethodPatch, "/api/v1/namespaces/ci/pods/p/ephemeral%63ontainers", 400, 0},
+		{http.MethodPatch, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers/", 400, 0},
+		{http.MethodPatch, "/api/v1/namespaces/ci/pods/x/../p/ephemeralcontainers", 400, 0},
+		{http.MethodPatch, "//api/v1/namespaces/ci/pods/p/ephemeralcontainers", 400, 0},
+		{http.MethodPut, "/api/v1/namespaces/ci/pods/P/ephemeralcontainers", 400, 0},
+		{http.MethodDelete, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers", 405, 0},
+		{http.MethodPost, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers", 405, 0},
+		{http.MethodGet, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers", 200, 1},
+		{http.MethodPut, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers", 200, 3},
+		{http.MethodPatch, "/clusters/member1/api/v1/namespaces/ci/pods/p/ephemeralcontainers", 200, 3},
+		{http.MethodPatch, "/clusters/member1/api/v1/namespaces/ci/pods/p/ephemeral%63ontainers", 400, 0},
+	} {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			up := &ephemeralUpstream{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}})
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tc.method, tc.target, http.Header{"Content-Type": {"application/json"}}, `{}`))
+			if rec.Code != tc.wantCode || len(up.steps) != tc.wantSteps {
+				t.Errorf("code %d with upstream writes %q, want %d and %d writes: %s", rec.Code, up.steps, tc.wantCode, tc.wantSteps, rec.Body)
+			}
+		})
+	}
+}
