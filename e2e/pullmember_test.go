@@ -102,6 +102,7 @@ func TestPullMember(t *testing.T) {
 			{"executor-seed", TestExecutorSeedTTY},
 			{"executor-semaphore", TestExecutorSemaphore},
 			{"executor-argo", TestExecutorArgoWorkflows},
+			{"debug", TestKubectlDebug},             // kubectl debug -it --target
 			{"pinned", TestPinnedMember},            // /clusters/<member> server URLs, a Duplicated pod on both Pull members
 			{"auth-modes", testDisruptiveAuthModes}, // both auth modes
 			// Streams on both members, both proxy kinds, in both auth modes.
