@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -95,28 +93,19 @@ func kubectlDebugTTY(ctx context.Context, t *testing.T, kubeconfig, pod, contain
 		"-c", container, "--target=main", "--", "sh", "-c", `read line; echo "got:$line"; ps; exit 5`)
 	cmd := exec.CommandContext(ctx, testEnv.Kubectl(), args...)
 	cmd.Env = os.Environ()
-	master, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	var out syncBuffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(&out, master)
-	}()
+	master, out, copied := startOnTTY(t, cmd, 40, 120)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
 	// kubectl says this once the container runs and it attaches.
-	if err := waitString(ctx, &out, "If you don't see a command prompt", time.Minute); err != nil {
+	if err := waitString(ctx, out, "If you don't see a command prompt", time.Minute); err != nil {
 		_ = cmd.Process.Kill()
 		t.Fatalf("kubectl debug never attached: %v; output %q", err, out.String())
 	}
 	if _, err := master.Write([]byte("typed-into-debug\r")); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	select {
 	case err = <-exited:
 	case <-time.After(time.Minute):

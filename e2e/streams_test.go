@@ -225,17 +225,7 @@ func kubectlTTY(t *testing.T, kubeconfig string, extraEnv []string, pod string) 
 	args := append(kubectlGlobalArgs(testEnv, kubeconfig), "exec", "-i", "-t", pod, "--")
 	cmd := exec.Command(testEnv.Kubectl(), append(args, ttyCommand(33, 111)...)...)
 	cmd.Env = append(os.Environ(), extraEnv...)
-	master, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 111})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	var out syncBuffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(&out, master) // ends with EIO once kubectl exits
-	}()
+	master, out, copied := startOnTTY(t, cmd, 33, 111)
 	exited := make(chan struct{})
 	var waitErr error
 	go func() {
@@ -252,7 +242,7 @@ func kubectlTTY(t *testing.T, kubeconfig string, extraEnv []string, pod string) 
 	})
 
 	// Type the line only once the size is printed, as a person would.
-	if err := waitString(t.Context(), &out, "33 111", 30*time.Second); err != nil {
+	if err := waitString(t.Context(), out, "33 111", 30*time.Second); err != nil {
 		t.Fatalf("kubectl exec -it on a 33x111 terminal: %v; output %q", err, out.String())
 	}
 	if _, err := master.Write([]byte("typed-on-a-tty\r")); err != nil {
@@ -270,6 +260,25 @@ func kubectlTTY(t *testing.T, kubeconfig string, extraEnv []string, pod string) 
 	if !strings.Contains(out.String(), "got:typed-on-a-tty") {
 		t.Errorf("kubectl exec -it output %q lacks the typed line echoed by the pod", out.String())
 	}
+}
+
+// startOnTTY starts cmd on a pseudo-terminal of rows x cols, its output
+// copied to out until it exits (copied closes then); master is closed when
+// t ends.
+func startOnTTY(t *testing.T, cmd *exec.Cmd, rows, cols uint16) (master *os.File, out *syncBuffer, copied <-chan struct{}) {
+	t.Helper()
+	master, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: rows, Cols: cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { master.Close() })
+	out = &syncBuffer{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(out, master) // ends with EIO once the command exits
+	}()
+	return master, out, done
 }
 
 func waitString(ctx context.Context, b *syncBuffer, want string, timeout time.Duration) error {

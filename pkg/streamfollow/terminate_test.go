@@ -71,19 +71,7 @@ func TestTerminateTellsTheClient(t *testing.T) {
 				OnCut: func(e End) { cuts = append(cuts, e) },
 				OnEnd: func(x Summary) { sum = x },
 			})
-			if _, err := s.Write(tc.client); err != nil {
-				t.Fatal(err)
-			}
-			readDone := make(chan []byte)
-			go func() {
-				got, _ := readAllSmall(s, 32<<10)
-				readDone <- got
-			}()
-			// The member sent what it sent; the gateway ends the stream.
-			waitFor(t, func() bool { return s.fromServer.Load() == int64(len(tc.server)) })
-			s.Terminate(EndGatewayShutdown, shutdownStatus())
-			got := <-readDone
-			_ = s.Close()
+			got := terminateAfter(t, s, tc.client, len(tc.server))
 			delivered := tc.server[:len(tc.server)-tc.held]
 			if !bytes.HasPrefix(got, delivered) {
 				t.Fatalf("the client got %q, want %q first", got, delivered)
@@ -105,6 +93,26 @@ func TestTerminateTellsTheClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// terminateAfter writes client to s, reads s as the client does, and once
+// the member sent n bytes has the gateway end the stream (a shutdown); it
+// returns what the client got, and closes s.
+func terminateAfter(t *testing.T, s *Stream, client []byte, n int) []byte {
+	t.Helper()
+	if _, err := s.Write(client); err != nil {
+		t.Fatal(err)
+	}
+	readDone := make(chan []byte)
+	go func() {
+		got, _ := readAllSmall(s, 32<<10)
+		readDone <- got
+	}()
+	waitFor(t, func() bool { return s.fromServer.Load() == int64(n) })
+	s.Terminate(EndGatewayShutdown, shutdownStatus())
+	got := <-readDone
+	_ = s.Close()
+	return got
 }
 
 // TestTerminateIgnoresTheAnswerToItsClose: what upstream sends after the
@@ -141,18 +149,7 @@ func TestTerminateIgnoresTheAnswerToItsClose(t *testing.T) {
 			up.reads <- tc.before
 			var sum Summary
 			s := NewStream(up, Options{Protocol: tc.proto, OnEnd: func(x Summary) { sum = x }})
-			if _, err := s.Write(tc.client); err != nil {
-				t.Fatal(err)
-			}
-			readDone := make(chan []byte)
-			go func() {
-				got, _ := readAllSmall(s, 32<<10)
-				readDone <- got
-			}()
-			waitFor(t, func() bool { return s.fromServer.Load() == int64(len(tc.before)) })
-			s.Terminate(EndGatewayShutdown, shutdownStatus())
-			got := <-readDone
-			_ = s.Close()
+			got := terminateAfter(t, s, tc.client, len(tc.before))
 			if !bytes.HasPrefix(got, tc.before) {
 				t.Fatalf("the client got %q, want %q first", got, tc.before)
 			}
