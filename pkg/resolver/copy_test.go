@@ -331,6 +331,7 @@ func TestResolveServiceActingAsGateway(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
+		pinned   string // WithPinnedCluster
 		bindings []*karmada.ResourceBinding
 		objects  map[string]*metav1.PartialObjectMetadata
 		want     string
@@ -339,6 +340,13 @@ func TestResolveServiceActingAsGateway(t *testing.T) {
 	}{
 		{name: "applied copy", bindings: []*karmada.ResourceBinding{applied(serviceBinding("web-service", "web", "member1"))},
 			objects: svcCopy(memberObject("web", "uid-web")), want: "member1"},
+		{name: "pinned to its cluster", pinned: "member1", bindings: []*karmada.ResourceBinding{applied(serviceBinding("web-service", "web", "member1"))},
+			objects: svcCopy(memberObject("web", "uid-web")), want: "member1"},
+		{name: "pinned elsewhere: 404 naming where it is", pinned: "member2", bindings: []*karmada.ResourceBinding{applied(serviceBinding("web-service", "web", "member1"))},
+			objects: svcCopy(memberObject("web", "uid-web")), wantCode: http.StatusNotFound,
+			wantMsg: []string{`service "ci/web" is not placed on member cluster "member2"`, "Karmada placed it on member1"}},
+		{name: "pinned, and the member's Service is not the copy", pinned: "member1", bindings: []*karmada.ResourceBinding{applied(serviceBinding("web-service", "web", "member1"))},
+			objects: svcCopy(memberObject("web", "")), wantCode: http.StatusConflict},
 		{name: "member Service Karmada does not manage", bindings: []*karmada.ResourceBinding{applied(serviceBinding("web-service", "web", "member1"))},
 			objects: svcCopy(memberObject("web", "")), wantCode: http.StatusConflict,
 			wantMsg: []string{`service "ci/web" in member cluster "member1" is not Karmada's copy of this service template`}},
@@ -358,6 +366,9 @@ func TestResolveServiceActingAsGateway(t *testing.T) {
 			r, err := New(Options{Informers: inf, ActsAsGateway: true, Members: &fakeMembers{objects: tc.objects}})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.pinned != "" {
+				ctx = WithPinnedCluster(ctx, tc.pinned)
 			}
 			got, err := r.ResolveService(ctx, ns, "web")
 			if got != tc.want {
