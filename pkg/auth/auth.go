@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -129,6 +130,7 @@ type Authorizer struct {
 	newCredentials  kubernetes.Interface
 	known           *cache.LRUExpireCache
 	failures        *cache.LRUExpireCache
+	failuresMu      sync.Mutex // sourceLimiter's lookup and add
 	failedPerSource rate.Limit
 }
 

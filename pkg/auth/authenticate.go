@@ -201,7 +201,12 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 }
 
 // sourceLimiter is the failed authentications one source may still have.
+// Looking it up and adding it is one step: two first requests of a source
+// racing each made a limiter, and the one added last forgot what the
+// other's took (a flood got more reviews than the burst, seen in CI).
 func (a *Authorizer) sourceLimiter(source string) *rate.Limiter {
+	a.failuresMu.Lock()
+	defer a.failuresMu.Unlock()
 	if v, ok := a.failures.Get(source); ok {
 		return v.(*rate.Limiter)
 	}
