@@ -28,14 +28,25 @@ import (
 // reaches it and it sees the target container's processes. Karmada's sync
 // of the pod stays healthy afterwards (its copy applied, a later change of
 // the template reaches the member), and exec still works. A caller without
-// the right gets a Status at once, and nothing is added anywhere.
+// the right gets a Status at once, and nothing is added anywhere; so does
+// a Duplicated pod, whose other copies would lack the container.
 func TestKubectlDebug(t *testing.T) {
 	dumpLogsOnFailure(t)
 	withShippedPodStatusInterpreter(t)
-	const name, member = "debug-target", "member2"
+	const name, member, dup = "debug-target", "member2", "debug-duplicated"
 	placePod(t, sleepPod(name), []string{member}, member)
+	members := testEnv.Members()
+	policy := namedPolicy(dup, []string{dup}, members)
+	policy.Object["spec"].(map[string]any)["placement"] = map[string]any{
+		"clusterAffinity":   map[string]any{"clusterNames": toAny(members)},
+		"replicaScheduling": map[string]any{"replicaSchedulingType": "Duplicated"},
+	}
+	createPodWithPolicy(t, sleepPod(dup), policy)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
+	for _, m := range members {
+		memberPodIP(ctx, t, m, dup)
+	}
 
 	for _, mode := range []string{"passthrough", "authorize"} {
 		gw, err := testEnv.StartExtraGateway(ctx, "gateway-debug-"+mode, "--auth-mode="+mode)
@@ -79,6 +90,18 @@ func TestKubectlDebug(t *testing.T) {
 			}
 			if slices.Contains(ephemeralNames(mp), "refused-"+mode) {
 				t.Errorf("a refused debug added its container to %s's pod: %v", member, ephemeralNames(mp))
+			}
+
+			// A pod in several clusters: its other copies would lack the
+			// container, and Karmada could no longer sync them.
+			_, stderr, err = testEnv.RunKubectl(runCtx, kubeconfig, nil, "debug", dup, "-i", "--image="+images.Busybox, "--image-pull-policy=Never", "-c", "dup-"+mode, "--", "true")
+			if err == nil || runCtx.Err() != nil || !strings.Contains(stderr, "runs in several member clusters") {
+				t.Errorf("kubectl debug of a Duplicated pod: %v, %q; want the Conflict saying why, at once", err, stderr)
+			}
+			for _, m := range members {
+				if mp, err := testEnv.MemberPod(ctx, m, env.Namespace, dup); err != nil || len(mp.Spec.EphemeralContainers) > 0 {
+					t.Errorf("%s's copy of the Duplicated pod after a refused debug: %v, %v", m, err, mp)
+				}
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -133,6 +134,14 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 	if err != nil {
 		logger.V(2).Info("Pod not resolved to a member cluster", "err", err)
 		apiresponse.WriteStatus(w, err)
+		return
+	}
+	if s := state.placement.Scheduled; len(s) > 1 {
+		// One template, several copies: a container added to the template
+		// must be in every copy, or Karmada's sync fails on the others.
+		apiresponse.WriteStatus(w, apierrors.NewConflict(podsResource, pr.Name, fmt.Errorf(
+			"pod %q runs in several member clusters (%s): an ephemeral container added to its template would have to run in every copy, or Karmada could no longer sync the others; "+
+				"exec into a copy under its member's /clusters/<member> server URL, or debug a new pod made with `kubectl debug --copy-to` (a PropagationPolicy must place it)", pr.Namespace+"/"+pr.Name, strings.Join(s, ", "))))
 		return
 	}
 	state.cluster = cluster

@@ -71,8 +71,9 @@ func (u *ephemeralUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // client gets the template's answer. A refusal of the review or by the
 // member is relayed and nothing more is written, so the template and its
 // copy never differ in ephemeral containers (Karmada's sync of the pod
-// fails when they do). A template refused after the member took it is
-// reported, naming the member and the consequence.
+// fails when they do). A pod Karmada runs in several clusters is refused:
+// its other copies would lack the container. A template refused after the
+// member took it is reported, naming the member and the consequence.
 func TestEphemeralContainersReachTheTemplateAndTheMember(t *testing.T) {
 	const target = "/api/v1/namespaces/ci/pods/p/ephemeralcontainers"
 	patch := `{"spec":{"ephemeralContainers":[{"name":"dbg","image":"busybox"}]}}`
@@ -80,6 +81,7 @@ func TestEphemeralContainersReachTheTemplateAndTheMember(t *testing.T) {
 		name      string
 		mode      AuthMode
 		refuse    map[string]bool
+		scheduled []string
 		wantCode  int
 		wantSteps []string
 		wantFrom  string // the annotation of the answer relayed
@@ -89,6 +91,7 @@ func TestEphemeralContainersReachTheTemplateAndTheMember(t *testing.T) {
 		{name: "added to both, authorize mode", mode: AuthAuthorize, wantCode: 200, wantSteps: []string{"PATCH member", "PATCH template"}, wantFrom: "template"},
 		{name: "karmada-apiserver's review refuses: nothing written", mode: AuthPassthrough, refuse: map[string]bool{"review": true}, wantCode: 403, wantSteps: []string{"POST review"}, wantMsg: "may not patch it in karmada-apiserver"},
 		{name: "the member refuses: nothing written", mode: AuthPassthrough, refuse: map[string]bool{"member": true}, wantCode: 403, wantSteps: []string{"POST review", "PATCH member"}, wantMsg: "member says no"},
+		{name: "a pod in several clusters: refused, nothing written", mode: AuthPassthrough, scheduled: []string{"member1", "member2"}, wantCode: 409, wantSteps: []string{"POST review"}, wantMsg: "runs in several member clusters (member1, member2)"},
 		{name: "the template refused after the member took it: reported", mode: AuthAuthorize, refuse: map[string]bool{"template": true}, wantCode: 502, wantSteps: []string{"PATCH member", "PATCH template"}, wantMsg: `karmada-apiserver did not add it to the template`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,7 +99,8 @@ func TestEphemeralContainersReachTheTemplateAndTheMember(t *testing.T) {
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
-			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL, BearerToken: "gateway-token"}, AuthMode: tc.mode, Authorizer: authz})
+			res := &proxytest.Resolver{Cluster: proxytest.Cluster, Scheduled: tc.scheduled}
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL, BearerToken: "gateway-token"}, AuthMode: tc.mode, Authorizer: authz, Resolver: res})
 			rec := httptest.NewRecorder()
 			req := proxytest.RawRequest(t, http.MethodPatch, target+"?fieldManager=kubectl-debug", http.Header{
 				"Authorization": {"Bearer caller-token"}, "Content-Type": {"application/strategic-merge-patch+json"},

@@ -180,6 +180,10 @@ type Placement struct {
 	// the gateway does the resolution read the member's pod (rule 5), so it
 	// is empty otherwise: finding it would cost a member call per request.
 	MemberUID types.UID
+	// Scheduled are the clusters the pod's binding schedules it to, in its
+	// order (set whenever the binding was found): more than one for a pod
+	// Karmada runs in several clusters.
+	Scheduled []string
 }
 
 // Resolve returns the member cluster that runs namespace/pod, by the rules in
@@ -240,6 +244,7 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (p Placem
 	if b == nil || len(b.Spec.Clusters) == 0 {
 		return p, sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
 	}
+	p.Scheduled = b.ClusterNames()
 	src = sourceBinding
 	var cluster string
 	if pin, ok := PinnedCluster(ctx); ok {

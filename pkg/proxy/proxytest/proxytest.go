@@ -36,13 +36,15 @@ type Resolver struct {
 	Cluster                string
 	Err                    error
 	TemplateUID, MemberUID types.UID
+	// Scheduled is the placement's scheduled clusters.
+	Scheduled []string
 	CallLog
 }
 
 // ResolvePod implements proxy.PodPlacer.
 func (s *Resolver) ResolvePod(ctx context.Context, namespace, name string) (resolver.Placement, error) {
 	cluster, err := s.Resolve(ctx, namespace, name)
-	return resolver.Placement{Cluster: cluster, TemplateUID: s.TemplateUID, MemberUID: s.MemberUID}, err
+	return resolver.Placement{Cluster: cluster, TemplateUID: s.TemplateUID, MemberUID: s.MemberUID, Scheduled: s.Scheduled}, err
 }
 
 // Resolve implements proxy.Resolver. A request pinned to a member cluster
