@@ -242,7 +242,7 @@ func run(ctx context.Context, o *options) error {
 			return err
 		}
 		reloaders = append(reloaders, cert.Run)
-		proxyTLS = serving.TLSConfig(cert, clientCA != nil)
+		proxyTLS = serving.TLSConfig(cert)
 	}
 	proxySrv := newProxyServer(o, px, proxyTLS)
 

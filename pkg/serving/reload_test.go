@@ -45,7 +45,7 @@ func TestServingCertificateRotation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			addr := startServer(t, ServerOptions{Handler: okHandler, TLSConfig: TLSConfig(cert, false)})
+			addr := startServer(t, ServerOptions{Handler: okHandler, TLSConfig: TLSConfig(cert)})
 			if got := servedName(t, addr, a, b); got != "cert-a" {
 				t.Fatalf("before rotation served %q, want cert-a", got)
 			}
@@ -90,7 +90,7 @@ func TestBadServingCertificateKeepsThePreviousOne(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			addr := startServer(t, ServerOptions{Handler: okHandler, TLSConfig: TLSConfig(cert, false)})
+			addr := startServer(t, ServerOptions{Handler: okHandler, TLSConfig: TLSConfig(cert)})
 
 			for name, b := range tc.files {
 				if b == nil {

@@ -211,7 +211,7 @@ func TestIdleTimeoutClosesIdleConnectionsNotStreams(t *testing.T) {
 				IdleTimeout:       testIdleTimeout,
 			}
 			if tc.tls {
-				o.TLSConfig = TLSConfig(cert, false)
+				o.TLSConfig = TLSConfig(cert)
 			}
 			addr := startServer(t, o)
 			tc.run(t, newTestClient(t, addr, tc.tls, tc.proto == 2, root), tc.proto, release)
