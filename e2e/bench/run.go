@@ -23,6 +23,7 @@ var Sections = []Section{
 	{Name: "stream-setup", NeedsEnv: true, Run: (*Runner).StreamSetup},
 	{Name: "job-replay", NeedsEnv: true, Run: (*Runner).JobReplay},
 	{Name: "direct-access", NeedsEnv: true, Run: (*Runner).DirectAccess},
+	{Name: "nagle", NeedsEnv: true, Run: (*Runner).Nagle},
 	{Name: "exec", NeedsEnv: true, Run: (*Runner).Exec},
 	{Name: "sessions", NeedsEnv: true, Run: (*Runner).Sessions},
 	{Name: "watch", NeedsEnv: true, Run: (*Runner).Watch},
