@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
@@ -184,5 +187,39 @@ func TestEphemeralContainersPathGuard(t *testing.T) {
 				t.Errorf("code %d with upstream writes %q, want %d and %d writes: %s", rec.Code, up.steps, tc.wantCode, tc.wantSteps, rec.Body)
 			}
 		})
+	}
+}
+
+// TestEphemeralContainersBodyDeadline: a client that trickles its debug
+// patch gets a 408 once the upstream header timeout passed, and nothing
+// is written anywhere; without the deadline it holds the request until it
+// gives up.
+func TestEphemeralContainersBodyDeadline(t *testing.T) {
+	up := &ephemeralUpstream{}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, UpstreamHeaderTimeout: 200 * time.Millisecond})
+	gw := httptest.NewServer(p)
+	defer gw.Close()
+	c, err := net.Dial("tcp", gw.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(c, "PATCH /api/v1/namespaces/ci/pods/p/ephemeralcontainers HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer caller-token\r\n"+
+		"Content-Type: application/strategic-merge-patch+json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a trickled body: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"reason":"Timeout"`) {
+		t.Errorf("trickled body: %s %s, want a 408 Timeout Status", res.Status, body)
+	}
+	if len(up.steps) != 0 {
+		t.Errorf("a body that never came was written: %q", up.steps)
 	}
 }
