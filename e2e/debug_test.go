@@ -36,12 +36,7 @@ func TestKubectlDebug(t *testing.T) {
 	const name, member, dup = "debug-target", "member2", "debug-duplicated"
 	placePod(t, sleepPod(name), []string{member}, member)
 	members := testEnv.Members()
-	policy := namedPolicy(dup, []string{dup}, members)
-	policy.Object["spec"].(map[string]any)["placement"] = map[string]any{
-		"clusterAffinity":   map[string]any{"clusterNames": toAny(members)},
-		"replicaScheduling": map[string]any{"replicaSchedulingType": "Duplicated"},
-	}
-	createPodWithPolicy(t, sleepPod(dup), policy)
+	createDuplicatedPod(t, sleepPod(dup), members)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	for _, m := range members {

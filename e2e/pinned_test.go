@@ -30,12 +30,7 @@ func TestPinnedMember(t *testing.T) {
 	dumpLogsOnFailure(t)
 	const dup, one = "pinned-dup", "pinned-one"
 	members := testEnv.Members()
-	policy := namedPolicy(dup, []string{dup}, members)
-	policy.Object["spec"].(map[string]any)["placement"] = map[string]any{
-		"clusterAffinity":   map[string]any{"clusterNames": toAny(members)},
-		"replicaScheduling": map[string]any{"replicaSchedulingType": "Duplicated"},
-	}
-	createPodWithPolicy(t, env.ShellPod(env.Namespace, dup, podIPScript+"; while true; do sleep 1; done"), policy)
+	createDuplicatedPod(t, env.ShellPod(env.Namespace, dup, podIPScript+"; while true; do sleep 1; done"), members)
 	placePod(t, sleepPod(one), []string{members[0]}, members[0])
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
@@ -153,6 +148,19 @@ func serverKubeconfig(t *testing.T, kubeconfig, server string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// createDuplicatedPod creates pod through the gateway with a policy that
+// runs a copy of it in each of members (Duplicated); both are deleted when
+// t ends.
+func createDuplicatedPod(t *testing.T, pod *corev1.Pod, members []string) {
+	t.Helper()
+	policy := namedPolicy(pod.Name, []string{pod.Name}, members)
+	policy.Object["spec"].(map[string]any)["placement"] = map[string]any{
+		"clusterAffinity":   map[string]any{"clusterNames": toAny(members)},
+		"replicaScheduling": map[string]any{"replicaSchedulingType": "Duplicated"},
+	}
+	createPodWithPolicy(t, pod, policy)
 }
 
 func toAny(s []string) []any {

@@ -128,15 +128,25 @@ func (p *Proxy) getFromMember(ctx context.Context, r *http.Request, cluster, pat
 			return nil, err
 		}
 	}
-	m, err := p.members.Member(ctx, cluster)
+	m, edit, err := p.directMember(ctx, r, cluster)
 	if err != nil {
 		return nil, err
+	}
+	return p.getMemberAs(ctx, r, m, edit, pathAndQuery, accept)
+}
+
+// directMember is cluster's member for a request the gateway makes there
+// on r's behalf, and the header edit that acts as memberCaller says.
+func (p *Proxy) directMember(ctx context.Context, r *http.Request, cluster string) (*memberaccess.Member, func(http.Header), error) {
+	m, err := p.members.Member(ctx, cluster)
+	if err != nil {
+		return nil, nil, err
 	}
 	as, err := p.memberCaller(ctx, r, cluster)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return p.getMemberAs(ctx, r, m, func(h http.Header) { m.SetIdentity(h, as) }, pathAndQuery, accept)
+	return m, func(h http.Header) { m.SetIdentity(h, as) }, nil
 }
 
 // getMemberAs GETs pathAndQuery below m with r's headers, edited by edit.

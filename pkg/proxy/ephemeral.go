@@ -302,15 +302,11 @@ func (p *Proxy) callerMay(w http.ResponseWriter, r *http.Request, rr identity.Re
 // direct member access, acting as memberCaller says.
 func (p *Proxy) sendToMember(ctx context.Context, r *http.Request, cluster, pathAndQuery, accept string, body []byte) (*http.Response, error) {
 	if p.members != nil {
-		m, err := p.members.Member(ctx, cluster)
+		m, edit, err := p.directMember(ctx, r, cluster)
 		if err != nil {
 			return nil, err
 		}
-		as, err := p.memberCaller(ctx, r, cluster)
-		if err != nil {
-			return nil, err
-		}
-		return p.sendMemberAs(ctx, r, m, func(h http.Header) { m.SetIdentity(h, as) }, r.Method, pathAndQuery, accept, body)
+		return p.sendMemberAs(ctx, r, m, edit, r.Method, pathAndQuery, accept, body)
 	}
 	as := upstreamIdentity{}
 	if p.authMode == AuthAuthorize {
