@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada/karmadatest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -59,7 +59,7 @@ func newHarness(t *testing.T, pods []*metav1.PartialObjectMetadata, bindings []*
 
 	bindingObjs := make([]runtime.Object, 0, len(bindings))
 	for _, b := range bindings {
-		bindingObjs = append(bindingObjs, toUnstructured(t, b))
+		bindingObjs = append(bindingObjs, karmadatest.Unstructured(t, b, bindingGVK))
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		karmada.ResourceBindingGVR: "ResourceBindingList",
@@ -110,7 +110,7 @@ func (h *harness) labeler(t *testing.T, opts Options) *Labeler {
 func (h *harness) updateBinding(t *testing.T, b *karmada.ResourceBinding) {
 	t.Helper()
 	if _, err := h.dyn.Resource(karmada.ResourceBindingGVR).Namespace(b.Namespace).
-		Update(context.Background(), toUnstructured(t, b), metav1.UpdateOptions{}); err != nil {
+		Update(context.Background(), karmadatest.Unstructured(t, b, bindingGVK), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -118,7 +118,7 @@ func (h *harness) updateBinding(t *testing.T, b *karmada.ResourceBinding) {
 func (h *harness) createBinding(t *testing.T, b *karmada.ResourceBinding) {
 	t.Helper()
 	if _, err := h.dyn.Resource(karmada.ResourceBindingGVR).Namespace(b.Namespace).
-		Create(context.Background(), toUnstructured(t, b), metav1.CreateOptions{}); err != nil {
+		Create(context.Background(), karmadatest.Unstructured(t, b, bindingGVK), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -143,17 +143,7 @@ func (h *harness) podPatches() []k8stesting.PatchAction {
 	return out
 }
 
-func toUnstructured(t *testing.T, b *karmada.ResourceBinding) *unstructured.Unstructured {
-	t.Helper()
-	b = b.DeepCopyObject().(*karmada.ResourceBinding)
-	b.APIVersion = karmada.ResourceBindingGVR.GroupVersion().String()
-	b.Kind = "ResourceBinding"
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &unstructured.Unstructured{Object: u}
-}
+var bindingGVK = karmada.ResourceBindingGVR.GroupVersion().WithKind("ResourceBinding")
 
 func pod(name string, labels map[string]string) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{

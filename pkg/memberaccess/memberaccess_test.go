@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada/karmadatest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -111,17 +111,7 @@ func secret(name string, data map[string]string) *corev1.Secret {
 	return s
 }
 
-func toUnstructured(t *testing.T, c *karmada.Cluster) *unstructured.Unstructured {
-	t.Helper()
-	c = c.DeepCopyObject().(*karmada.Cluster)
-	c.APIVersion = karmada.ClusterGVR.GroupVersion().String()
-	c.Kind = "Cluster"
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &unstructured.Unstructured{Object: u}
-}
+var clusterGVK = karmada.ClusterGVR.GroupVersion().WithKind("Cluster")
 
 // newHarness runs Members as cmd/gateway builds it: on karmada.NewInformers'
 // Cluster informer and a clientset for Secrets.
@@ -140,7 +130,7 @@ func newHarnessWith(t *testing.T, react k8stesting.ReactionFunc, clusters []*kar
 	}
 	objs := []runtime.Object{}
 	for _, c := range clusters {
-		objs = append(objs, toUnstructured(t, c))
+		objs = append(objs, karmadatest.Unstructured(t, c, clusterGVK))
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		karmada.ResourceBindingGVR: "ResourceBindingList",
@@ -409,14 +399,14 @@ func TestChangedTrustClosesWhatWasBuiltOnIt(t *testing.T) {
 		}, "config_changed"},
 		{"new endpoint", func(t *testing.T, h *harness, ms *memberServer) {
 			c := cluster("member1", strings.Replace(ms.URL, "127.0.0.1", "localhost", 1))
-			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), toUnstructured(t, c), metav1.UpdateOptions{}); err != nil {
+			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}, "config_changed"},
 		{"insecureSkipTLSVerification", func(t *testing.T, h *harness, ms *memberServer) {
 			c := cluster("member1", ms.URL)
 			c.Spec.InsecureSkipTLSVerification = true
-			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), toUnstructured(t, c), metav1.UpdateOptions{}); err != nil {
+			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}, "config_changed"},
@@ -455,7 +445,7 @@ func TestClusterStatusUpdatesKeepConnections(t *testing.T) {
 	c := cluster("member1", ms.URL)
 	c.Status.KubernetesVersion = "v1.37.0"
 	c.Labels = map[string]string{"heartbeat": "1"}
-	if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), toUnstructured(t, c), metav1.UpdateOptions{}); err != nil {
+	if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the update", func() bool {

@@ -16,18 +16,14 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada/karmadatest"
 )
 
 // toUnstructured renders a typed object as the API serves it, with a field
 // the trimmed types do not declare, so the transform has something to drop.
 func toUnstructured(t *testing.T, obj runtime.Object, gvk schema.GroupVersionKind) *unstructured.Unstructured {
 	t.Helper()
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{Object: content}
-	u.SetGroupVersionKind(gvk)
+	u := karmadatest.Unstructured(t, obj, gvk)
 	if err := unstructured.SetNestedField(u.Object, "ignored", "spec", "undeclaredField"); err != nil {
 		t.Fatal(err)
 	}

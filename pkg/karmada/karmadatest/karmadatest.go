@@ -1,12 +1,15 @@
 // Package karmadatest holds objects as karmada-apiserver serves them, for
-// the benchmarks (pkg/resolver, e2e/bench) that measure what the gateway's
-// informer transforms cache of them.
+// the tests and benchmarks (pkg/resolver, e2e/bench) that feed them to the
+// gateway's informers or measure what their transforms cache.
 package karmadatest
 
 import (
 	"runtime"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -64,4 +67,17 @@ func LiveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// Unstructured renders a typed Karmada object as the dynamic client
+// serves it, kind gvk, for the fake clients the informers list and watch.
+func Unstructured(t testing.TB, obj k8sruntime.Object, gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	t.Helper()
+	content, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: content}
+	u.SetGroupVersionKind(gvk)
+	return u
 }
