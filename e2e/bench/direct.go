@@ -34,30 +34,23 @@ func (r *Runner) directPaths(ctx context.Context) (out []streamPath, stop func()
 	if err != nil {
 		return nil, nil, err
 	}
-	var started []*env.ExtraGateway
-	stop = func() {
-		for _, x := range started {
-			x.Stop()
-		}
-	}
+	var gws extraGateways
 	out = []streamPath{
 		{name: "cluster proxy", cfg: p.direct, clusterProxy: true},
 		{name: "gateway passthrough, cluster proxy", cfg: p.gateway},
 	}
 	for _, mode := range []string{"passthrough", "authorize"} {
-		x, err := r.Env.StartExtraGateway(ctx, "gateway-"+mode+"-direct", "--auth-mode="+mode, "--member-access=direct")
+		x, err := gws.start(ctx, r.Env, "gateway-"+mode+"-direct", "--auth-mode="+mode, "--member-access=direct")
 		if err != nil {
-			stop()
-			return nil, nil, fmt.Errorf("start a gateway in %s mode with --member-access=direct: %w", mode, err)
+			return nil, nil, err
 		}
-		started = append(started, x)
 		out = append(out, streamPath{
 			name: "gateway " + mode + ", direct", cfg: unlimited(x.Config(env.UserExecOnly)),
 			to101: direct101Ceiling, toExit: directExitCeiling, job: directJobCeiling,
 		})
 	}
 	out = append(out, streamPath{name: "member", cfg: unlimited(r.Env.MemberConfig(r.member))})
-	return out, stop, nil
+	return out, gws.stop, nil
 }
 
 // DirectAccess measures --member-access=direct against Karmada's cluster

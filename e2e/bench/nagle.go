@@ -43,11 +43,12 @@ func (r *Runner) Nagle(ctx context.Context) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	authorize, err := r.Env.StartExtraGateway(ctx, "gateway-authorize-nagle", "--auth-mode=authorize")
+	var gws extraGateways
+	defer gws.stop()
+	authorize, err := gws.start(ctx, r.Env, "gateway-authorize-nagle", "--auth-mode=authorize")
 	if err != nil {
-		return nil, fmt.Errorf("start a gateway in authorize mode: %w", err)
+		return nil, err
 	}
-	defer authorize.Stop()
 	targets := []nagleTarget{
 		{name: "cluster proxy", cfg: p.direct, clusterProxy: true},
 		{name: "gateway passthrough", cfg: p.gateway, ceiling: nagleCeiling},

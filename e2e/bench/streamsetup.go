@@ -101,12 +101,7 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 	if err != nil {
 		return nil, nil, err
 	}
-	var started []*env.ExtraGateway
-	stop = func() {
-		for _, x := range started {
-			x.Stop()
-		}
-	}
+	var gws extraGateways
 	out = []streamPath{gatewayPath("gateway passthrough", p.gateway)}
 	for _, g := range []struct {
 		name, label string
@@ -116,19 +111,39 @@ func (r *Runner) streamPaths(ctx context.Context, withMember bool) (out []stream
 		{"gateway-authorize", "gateway authorize", []string{"--auth-mode=authorize"}},
 		{"gateway-authorize-cached", "gateway authorize, copy cache " + memberCopyCacheTTL, []string{"--auth-mode=authorize", "--member-copy-cache-ttl=" + memberCopyCacheTTL}},
 	} {
-		x, err := r.Env.StartExtraGateway(ctx, g.name, g.args...)
+		x, err := gws.start(ctx, r.Env, g.name, g.args...)
 		if err != nil {
-			stop()
-			return nil, nil, fmt.Errorf("start a gateway with %s: %w", strings.Join(g.args, " "), err)
+			return nil, nil, err
 		}
-		started = append(started, x)
 		out = append(out, gatewayPath(g.label, unlimited(x.Config(env.UserExecOnly))))
 	}
 	out = append(out, streamPath{name: "cluster proxy", cfg: p.direct, clusterProxy: true})
 	if withMember {
 		out = append(out, streamPath{name: "member", cfg: unlimited(r.Env.MemberConfig(r.member))})
 	}
-	return out, stop, nil
+	return out, gws.stop, nil
+}
+
+// extraGateways are the gateway processes a section starts beside the
+// environment's, stopped together.
+type extraGateways []*env.ExtraGateway
+
+// start starts a gateway named name with args; when it fails, the ones
+// started before are stopped.
+func (g *extraGateways) start(ctx context.Context, e *env.Env, name string, args ...string) (*env.ExtraGateway, error) {
+	x, err := e.StartExtraGateway(ctx, name, args...)
+	if err != nil {
+		g.stop()
+		return nil, fmt.Errorf("start a gateway with %s: %w", strings.Join(args, " "), err)
+	}
+	*g = append(*g, x)
+	return x, nil
+}
+
+func (g *extraGateways) stop() {
+	for _, x := range *g {
+		x.Stop()
+	}
 }
 
 // streamTimes are one path's time to 101 and time to exit status.
