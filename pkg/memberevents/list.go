@@ -1,7 +1,6 @@
 package memberevents
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -518,61 +515,16 @@ func read(res *http.Response, err error) ([]byte, error) {
 		return nil, err
 	}
 	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %d: %s", res.StatusCode, statusMessage(body))
+		return nil, fmt.Errorf("HTTP %d: %s", res.StatusCode, apiresponse.Message(body))
 	}
 	return body, nil
 }
 
-// maxMessageBytes bounds an upstream's message the gateway repeats: it may
-// end up in a header, where a long one would cost every client its header
-// budget.
-const maxMessageBytes = 1024
-
-// statusMessage is the message of the Status an upstream answered with,
-// protobuf or JSON as its Content-Type says (the cluster proxy relays the
-// member's protobuf as such when asked for it), else the start of the body.
-// Either way it is readable text: invalid UTF-8 and control characters are
-// replaced, and bytes that are not text are described, not repeated.
-func statusMessage(body []byte) string {
-	var st metav1.Status
-	if obj, _, err := apiDecoder.Decode(body, nil, &st); err == nil {
-		if st, ok := obj.(*metav1.Status); ok && st.Message != "" {
-			return printable(st.Message)
-		}
-	}
-	var s struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(body, &s) == nil && s.Message != "" {
-		return printable(s.Message) // a Status without kind, or another error object
-	}
-	if !utf8.Valid(body) || bytes.ContainsFunc(body, func(r rune) bool { return unicode.IsControl(r) && !unicode.IsSpace(r) }) {
-		return fmt.Sprintf("a %d-byte body that is not text", len(body))
-	}
-	return printable(string(body))
-}
-
-// printable makes s fit for a log line, an event message or a quoted header
-// text: at most maxMessageBytes, valid UTF-8, control characters (newlines
-// included) as spaces, no space at either end.
-func printable(s string) string {
-	if len(s) > maxMessageBytes {
-		s = s[:maxMessageBytes]
-	}
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-	return strings.TrimSpace(s)
-}
-
 // warningHeader is a Warning header value (RFC 9111, as kube-apiserver
-// sends warnings: code 299, agent "-") carrying text, which printable made
+// sends warnings: code 299, agent "-") carrying text, which apiresponse.Printable made
 // fit for its quoted string.
 func warningHeader(text string) string {
-	h, err := utilnet.NewWarningHeader(299, "-", printable(text))
+	h, err := utilnet.NewWarningHeader(299, "-", apiresponse.Printable(text))
 	if err != nil { // printable leaves nothing NewWarningHeader refuses
 		return `299 - "warning text not representable"`
 	}

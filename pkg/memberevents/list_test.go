@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy"
@@ -389,13 +390,13 @@ func TestStatusMessage(t *testing.T) {
 		{"text with control bytes", []byte("bad\x00gateway"), "a 11-byte body that is not text"},
 		{"control characters in the message", protobufStatus(statusWith("line one\nline\ttwo\x07\x1b[31m")), "line one line two  [31m"},
 		{"invalid UTF-8 in the message", jsonOf(statusWith("caf\xe9")), "caf\uFFFD"},
-		{"long message", jsonOf(statusWith(strings.Repeat("x", 3*maxMessageBytes))), strings.Repeat("x", maxMessageBytes)},
+		{"long message", jsonOf(statusWith(strings.Repeat("x", 3*apiresponse.MaxMessageBytes))), strings.Repeat("x", apiresponse.MaxMessageBytes)},
 		{"empty", nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := statusMessage(tt.body); got != tt.want {
-				t.Errorf("statusMessage = %q, want %q", got, tt.want)
+			if got := apiresponse.Message(tt.body); got != tt.want {
+				t.Errorf("Message = %q, want %q", got, tt.want)
 			}
 		})
 	}
@@ -416,8 +417,8 @@ func TestWarningHeader(t *testing.T) {
 		if err != nil || rest != "" {
 			t.Fatalf("warningHeader(%q) = %q: %v, left %q", text, h, err, rest)
 		}
-		if got.Code != 299 || got.Agent != "-" || got.Text != printable(text) || strings.ContainsFunc(got.Text, unicode.IsControl) {
-			t.Errorf("warningHeader(%q) = %q parses as %+v, want text %q", text, h, got, printable(text))
+		if got.Code != 299 || got.Agent != "-" || got.Text != apiresponse.Printable(text) || strings.ContainsFunc(got.Text, unicode.IsControl) {
+			t.Errorf("warningHeader(%q) = %q parses as %+v, want text %q", text, h, got, apiresponse.Printable(text))
 		}
 	}
 }

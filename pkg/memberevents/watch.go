@@ -504,7 +504,7 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 	}
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-		return cursor, fmt.Errorf("HTTP %d: %s", res.StatusCode, statusMessage(body))
+		return cursor, fmt.Errorf("HTTP %d: %s", res.StatusCode, apiresponse.Message(body))
 	}
 	// The outage ends when the member answers, not when a retry starts:
 	// retrying a watch from its cursor lists nothing first, and each
@@ -525,7 +525,7 @@ func (m *memberEventWatch) watch(ctx context.Context, cursor memberCursor, templ
 			if json.Unmarshal(we.Object.Raw, &st) == nil && st.Code == http.StatusGone {
 				return cursor, errMemberGone
 			}
-			return cursor, fmt.Errorf("member watch error: %s", statusMessage(we.Object.Raw))
+			return cursor, fmt.Errorf("member watch error: %s", apiresponse.Message(we.Object.Raw))
 		case watch.Bookmark:
 			var ev corev1.Event
 			if json.Unmarshal(we.Object.Raw, &ev) == nil && ev.ResourceVersion != "" {

@@ -348,14 +348,10 @@ func drain(res *http.Response) {
 	_ = res.Body.Close()
 }
 
-// responseMessage is the Status message of res's body, or its first bytes;
-// the body is drained.
+// responseMessage is the Status message of res's body, protobuf or JSON,
+// or its text (apiresponse.Message); the body is drained.
 func responseMessage(res *http.Response) string {
 	defer drain(res)
 	b, _ := io.ReadAll(io.LimitReader(res.Body, maxCheckBodyBytes))
-	var st metav1.Status
-	if json.Unmarshal(b, &st) == nil && st.Message != "" {
-		return st.Message
-	}
-	return fmt.Sprintf("%.200q", b)
+	return apiresponse.Message(b)
 }
