@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
 )
 
 // ephemeralSubresource is the pod subresource `kubectl debug` patches to
@@ -107,7 +107,7 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 	}
 	state.pod = pr
 	logger := klog.FromContext(ctx).WithValues("namespace", pr.Namespace, "pod", pr.Name, "subresource", pr.Subresource)
-	body, err := readBodyWithin(w, r, maxEphemeralBody, p.headerTimeout)
+	body, err := upstream.ReadBodyWithin(w, r, maxEphemeralBody, p.headerTimeout)
 	if err != nil {
 		apiresponse.WriteStatus(w, err)
 		return
@@ -181,32 +181,6 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 	}
 	logger.V(4).Info("Ephemeral container added to the member copy and the template")
 	relayResponse(w, tmpl)
-}
-
-// readBodyWithin reads r's body whole, up to limit bytes (413 past it),
-// within d (408 past it, as upstream.Replayable bounds a body it reads): a
-// client trickling its body must not hold the request forever.
-func readBodyWithin(w http.ResponseWriter, r *http.Request, limit int, d time.Duration) ([]byte, error) {
-	rc := http.NewResponseController(w)
-	deadline := d > 0 && rc.SetReadDeadline(time.Now().Add(d)) == nil
-	body, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
-	switch {
-	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
-		w.Header().Set("Connection", "close")
-		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusRequestTimeout, Reason: metav1.StatusReasonTimeout,
-			Message: fmt.Sprintf("the request body did not arrive within %s", d),
-		}}
-	case err != nil:
-		w.Header().Set("Connection", "close")
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
-	case len(body) > limit:
-		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a pods/ephemeralcontainers body is limited to %d bytes", limit))
-	}
-	if deadline {
-		_ = rc.SetReadDeadline(time.Time{})
-	}
-	return body, nil
 }
 
 // retryWrite sends until an answer is 2xx, up to ephemeralWriteAttempts

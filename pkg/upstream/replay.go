@@ -38,26 +38,9 @@ func Replayable(w http.ResponseWriter, r *http.Request, d time.Duration) error {
 		r.ContentLength <= 0 || r.ContentLength > MaxReplayableBody {
 		return nil
 	}
-	rc := http.NewResponseController(w)
-	deadline := d > 0 && rc.SetReadDeadline(time.Now().Add(d)) == nil
-	body := make([]byte, r.ContentLength)
-	if _, err := io.ReadFull(r.Body, body); err != nil {
-		// The rest of the body may still come: the connection is not
-		// reused, and the deadline stays past so that the server does not
-		// wait for that rest before it answers.
-		if r.ProtoMajor == 1 {
-			w.Header().Set("Connection", "close")
-		}
-		if isTimeout(err) {
-			return &apierrors.StatusError{ErrStatus: metav1.Status{
-				Status: metav1.StatusFailure, Code: http.StatusRequestTimeout, Reason: metav1.StatusReasonTimeout,
-				Message: fmt.Sprintf("the request body did not arrive within %s", d),
-			}}
-		}
-		return apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
-	}
-	if deadline {
-		_ = rc.SetReadDeadline(time.Time{})
+	body, err := ReadBodyWithin(w, r, r.ContentLength, d)
+	if err != nil {
+		return err
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -67,4 +50,48 @@ func Replayable(w http.ResponseWriter, r *http.Request, d time.Duration) error {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// ReadBodyWithin reads r's body whole, at most limit bytes (413 past it),
+// within d (w's read deadline; a 408 Status past it, a 400 for a body that
+// ends short or fails): a client trickling its body must not hold a
+// request forever.
+func ReadBodyWithin(w http.ResponseWriter, r *http.Request, limit int64, d time.Duration) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	deadline := d > 0 && rc.SetReadDeadline(time.Now().Add(d)) == nil
+	body, err := readBody(r, limit)
+	if err != nil {
+		// The rest of the body may still come: the connection is not
+		// reused, and the deadline stays past so that the server does not
+		// wait for that rest before it answers.
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		if isTimeout(err) {
+			return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status: metav1.StatusFailure, Code: http.StatusRequestTimeout, Reason: metav1.StatusReasonTimeout,
+				Message: fmt.Sprintf("the request body did not arrive within %s", d),
+			}}
+		}
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
+	}
+	if int64(len(body)) > limit {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the request body is limited to %d bytes", limit))
+	}
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return body, nil
+}
+
+// readBody reads up to limit+1 bytes of r's body: of a known length into
+// a slice of that size (net/http ends such a body there, short of it with
+// io.ErrUnexpectedEOF), else as they come.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength >= 0 && r.ContentLength <= limit {
+		body := make([]byte, r.ContentLength)
+		_, err := io.ReadFull(r.Body, body)
+		return body, err
+	}
+	return io.ReadAll(io.LimitReader(r.Body, limit+1))
 }
