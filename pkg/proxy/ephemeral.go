@@ -115,13 +115,7 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 
 	rr := identity.ResourceRequest{Namespace: pr.Namespace, Verb: identity.MethodVerb(r.Method), Resource: "pods", Subresource: ephemeralSubresource, Name: pr.Name}
 	if p.authMode == AuthAuthorize {
-		done := state.phases.TimeCheck("authorization")
-		caller, err := p.authorizer.AuthorizeResource(ctx, r, rr)
-		done()
-		state.authorizedBy(caller, err)
-		if err != nil {
-			logger.V(2).Info("Request not authorized", "err", err)
-			apiresponse.WriteStatus(w, err)
+		if logger, ok = p.authorize(w, r, rr, logger); !ok {
 			return
 		}
 	} else if !p.admittedByKarmada(w, r, podsResource.Resource, pr.Namespace, pr.Name) || !p.callerMay(w, r, rr) {

@@ -459,19 +459,31 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 // any identity header of the client's. Otherwise it writes the Status and
 // returns false.
 func (p *Proxy) authorizeAsGateway(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
-	done := stateFrom(r.Context()).phases.TimeCheck("authorization")
-	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
-	done()
-	stateFrom(r.Context()).authorizedBy(caller, err)
-	if err != nil {
-		logger.V(2).Info("Request not authorized", "err", err)
-		apiresponse.WriteStatus(w, err)
+	logger, ok := p.authorize(w, r, rr, logger)
+	if !ok {
 		return logger, false
 	}
 	state := stateFrom(r.Context())
 	state.certVerified = !identity.HasBearerToken(r) && identity.HasClientCertificate(r)
 	state.gatewayIdentity = true
 	state.editHeader = identity.StripHeaders
+	return logger, true
+}
+
+// authorize is authorize mode's decision on r: the Authorizer's answer to
+// whether its caller may do rr, noted for the audit event. A refusal is
+// written and reported false.
+func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, rr identity.ResourceRequest, logger klog.Logger) (klog.Logger, bool) {
+	state := stateFrom(r.Context())
+	done := state.phases.TimeCheck("authorization")
+	caller, err := p.authorizer.AuthorizeResource(r.Context(), r, rr)
+	done()
+	state.authorizedBy(caller, err)
+	if err != nil {
+		logger.V(2).Info("Request not authorized", "err", err)
+		apiresponse.WriteStatus(w, err)
+		return logger, false
+	}
 	return logger.WithValues("user", caller.Name), true
 }
 
