@@ -137,7 +137,9 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 	}
 	state.cluster = cluster
 	logger = logger.WithValues("cluster", cluster)
-	path := "/api/v1/namespaces/" + pr.Namespace + "/pods/" + pr.Name + "/" + ephemeralSubresource + "?" + r.URL.RawQuery
+	// The parse refused any escape: the path is the same for the member
+	// and karmada-apiserver.
+	path := r.URL.EscapedPath() + "?" + r.URL.RawQuery
 	accept := r.Header.Get("Accept")
 	if accept == "" {
 		accept = "application/json"
@@ -161,7 +163,7 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	tmpl, err := retryWrite(ctx, func() (*http.Response, error) {
-		return p.sendAccepting(ctx, r, id, r.Method, r.URL.EscapedPath()+"?"+r.URL.RawQuery, accept, body)
+		return p.sendAccepting(ctx, r, id, r.Method, path, accept, body)
 	})
 	if err != nil {
 		logger.Error(err, "Member copy has the ephemeral container, the template does not")
