@@ -128,11 +128,15 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	if s := state.placement.Scheduled; len(s) > 1 {
+		names := make([]string, len(s))
+		for i, c := range s {
+			names[i] = c.Name
+		}
 		// One template, several copies: a container added to the template
 		// must be in every copy, or Karmada's sync fails on the others.
 		apiresponse.WriteStatus(w, apierrors.NewConflict(podsResource, pr.Name, fmt.Errorf(
 			"pod %q runs in several member clusters (%s): an ephemeral container added to its template would have to run in every copy, or Karmada could no longer sync the others; "+
-				"exec into a copy under its member's /clusters/<member> server URL, or debug a new pod made with `kubectl debug --copy-to` (a PropagationPolicy must place it)", pr.Namespace+"/"+pr.Name, strings.Join(s, ", "))))
+				"exec into a copy under its member's /clusters/<member> server URL, or debug a new pod made with `kubectl debug --copy-to` (a PropagationPolicy must place it)", pr.Namespace+"/"+pr.Name, strings.Join(names, ", "))))
 		return
 	}
 	state.cluster = cluster

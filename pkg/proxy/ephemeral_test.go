@@ -84,7 +84,7 @@ func TestEphemeralContainersReachTheTemplateAndTheMember(t *testing.T) {
 		name      string
 		mode      AuthMode
 		refuse    map[string]bool
-		scheduled []string
+		scheduled []karmada.TargetCluster
 		wantCode  int
 		wantSteps []string
 		wantFrom  string // the annotation of the answer relayed
@@ -94,7 +94,7 @@ func TestEphemeralContainersReachTheTemplateAndTheMember(t *testing.T) {
 		{name: "added to both, authorize mode", mode: AuthAuthorize, wantCode: 200, wantSteps: []string{"PATCH member", "PATCH template"}, wantFrom: "template"},
 		{name: "karmada-apiserver's review refuses: nothing written", mode: AuthPassthrough, refuse: map[string]bool{"review": true}, wantCode: 403, wantSteps: []string{"POST review"}, wantMsg: "may not patch it in karmada-apiserver"},
 		{name: "the member refuses: nothing written", mode: AuthPassthrough, refuse: map[string]bool{"member": true}, wantCode: 403, wantSteps: []string{"POST review", "PATCH member"}, wantMsg: "member says no"},
-		{name: "a pod in several clusters: refused, nothing written", mode: AuthPassthrough, scheduled: []string{"member1", "member2"}, wantCode: 409, wantSteps: []string{"POST review"}, wantMsg: "runs in several member clusters (member1, member2)"},
+		{name: "a pod in several clusters: refused, nothing written", mode: AuthPassthrough, scheduled: []karmada.TargetCluster{{Name: "member1"}, {Name: "member2"}}, wantCode: 409, wantSteps: []string{"POST review"}, wantMsg: "runs in several member clusters (member1, member2)"},
 		{name: "the template refused after the member took it: reported", mode: AuthAuthorize, refuse: map[string]bool{"template": true}, wantCode: 502, wantSteps: []string{"PATCH member", "PATCH template"}, wantMsg: `karmada-apiserver did not add it to the template`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

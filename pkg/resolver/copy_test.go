@@ -305,12 +305,8 @@ func TestResolveActingAsGateway(t *testing.T) {
 			if placed.TemplateUID != p.UID || placed.MemberUID != wantMember {
 				t.Errorf("ResolvePod() UIDs template %q member %q, want %q and %q", placed.TemplateUID, placed.MemberUID, p.UID, wantMember)
 			}
-			var scheduled []string
-			for _, c := range tc.binding.Spec.Clusters {
-				scheduled = append(scheduled, c.Name)
-			}
-			if !slices.Equal(placed.Scheduled, scheduled) {
-				t.Errorf("ResolvePod() scheduled %q, want the binding's %q", placed.Scheduled, scheduled)
+			if !slices.Equal(placed.Scheduled, tc.binding.Spec.Clusters) {
+				t.Errorf("ResolvePod() scheduled %v, want the binding's %v", placed.Scheduled, tc.binding.Spec.Clusters)
 			}
 			checkErr(t, err, tc.wantCode, "job-42", tc.wantMsg, tc.notInMsg)
 			if tc.wantCode == http.StatusConflict && !apierrors.IsConflict(err) {

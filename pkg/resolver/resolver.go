@@ -182,8 +182,9 @@ type Placement struct {
 	MemberUID types.UID
 	// Scheduled are the clusters the pod's binding schedules it to, in its
 	// order (set whenever the binding was found): more than one for a pod
-	// Karmada runs in several clusters.
-	Scheduled []string
+	// Karmada runs in several clusters. It is the cached binding's own
+	// slice, so that a resolution allocates nothing for it: read only.
+	Scheduled []karmada.TargetCluster
 }
 
 // Resolve returns the member cluster that runs namespace/pod, by the rules in
@@ -244,7 +245,7 @@ func (r *Resolver) resolve(ctx context.Context, namespace, pod string) (p Placem
 	if b == nil || len(b.Spec.Clusters) == 0 {
 		return p, sourceNone, resultNotPlaced, notPlaced(namespace, pod, b)
 	}
-	p.Scheduled = b.ClusterNames()
+	p.Scheduled = b.Spec.Clusters
 	src = sourceBinding
 	var cluster string
 	if pin, ok := PinnedCluster(ctx); ok {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 )
 
@@ -37,7 +38,7 @@ type Resolver struct {
 	Err                    error
 	TemplateUID, MemberUID types.UID
 	// Scheduled is the placement's scheduled clusters.
-	Scheduled []string
+	Scheduled []karmada.TargetCluster
 	CallLog
 }
 
