@@ -1052,17 +1052,7 @@ func assertRoutingLogged(t *testing.T, e *env.Env, host kubernetes.Interface, r 
 // exec's output.
 func readmeExecFromOutside(t *testing.T, e *env.Env, sh *readmeShell, pod, command string) string {
 	t.Helper()
-	var lines []string
-	for _, b := range helmtest.ReadmeShBlocks(t, "Point executors at the gateway") {
-		if !slices.ContainsFunc(b, func(l string) bool { return strings.Contains(l, " port-forward ") }) {
-			continue
-		}
-		for _, line := range b {
-			if !strings.HasPrefix(line, "#") {
-				lines = append(lines, line)
-			}
-		}
-	}
+	lines := readmeCommands(t, "Point executors at the gateway", " port-forward ")
 	if len(lines) != 4 || !strings.Contains(lines[0], " port-forward ") || !strings.Contains(lines[0], " 8443:443") || !strings.Contains(lines[1], "https://127.0.0.1:8443") || !strings.Contains(lines[3], " exec <pod> ") {
 		t.Fatalf("README's port-forward block is not port-forward, set-cluster, set-context, exec as this test reads it: %q", lines)
 	}
@@ -1082,6 +1072,19 @@ func readmeExecFromOutside(t *testing.T, e *env.Env, sh *readmeShell, pod, comma
 	return out
 }
 
+// readmeCommands are the command lines (comments left out) of the sh
+// blocks of README's section title that have a line containing marker.
+func readmeCommands(t *testing.T, title, marker string) []string {
+	t.Helper()
+	var lines []string
+	for _, b := range helmtest.ReadmeShBlocks(t, title) {
+		if slices.ContainsFunc(b, func(l string) bool { return strings.Contains(l, marker) }) {
+			lines = append(lines, slices.DeleteFunc(slices.Clone(b), func(l string) bool { return strings.HasPrefix(l, "#") })...)
+		}
+	}
+	return lines
+}
+
 // readmePinnedContexts runs README's per-member contexts (the block with
 // /clusters/<member>) as written for every member, through the
 // port-forward on port: the exec runs in the member that has pod and
@@ -1090,12 +1093,7 @@ func readmeExecFromOutside(t *testing.T, e *env.Env, sh *readmeShell, pod, comma
 // where it is.
 func readmePinnedContexts(t *testing.T, e *env.Env, sh *readmeShell, port, pod, command, want string) {
 	t.Helper()
-	var lines []string
-	for _, b := range helmtest.ReadmeShBlocks(t, "Point executors at the gateway") {
-		if slices.ContainsFunc(b, func(l string) bool { return strings.Contains(l, "/clusters/<member>") }) {
-			lines = slices.DeleteFunc(slices.Clone(b), func(l string) bool { return strings.HasPrefix(l, "#") })
-		}
-	}
+	lines := readmeCommands(t, "Point executors at the gateway", "/clusters/<member>")
 	if len(lines) != 3 || !strings.Contains(lines[0], "https://127.0.0.1:8443/clusters/<member>") || !strings.Contains(lines[2], " exec <pod> ") {
 		t.Fatalf("README's per-member block is not set-cluster, set-context, exec as this test reads it: %q", lines)
 	}
