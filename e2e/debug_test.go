@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
@@ -185,4 +186,56 @@ func ephemeralNames(p *corev1.Pod) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// TestEphemeralContainerOnOneSideStopsKarmadaSync is why the gateway
+// writes both sides of a kubectl debug: an ephemeral container added to
+// the template alone (what karmada-apiserver does without the gateway), or
+// to the member's copy alone, makes Karmada's next sync of the pod fail,
+// the member refusing the update ("pod updates may not change fields"),
+// and the binding reports the copy not applied.
+func TestEphemeralContainerOnOneSideStopsKarmadaSync(t *testing.T) {
+	t.Parallel()
+	dumpLogsOnFailure(t)
+	const member = "member1"
+	karmadaSide, err := testEnv.KarmadaClient(env.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memberSide, err := testEnv.MemberClient(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for side, client := range map[string]kubernetes.Interface{"template": karmadaSide, "member": memberSide} {
+		t.Run(side+" only", func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			name := "debug-one-side-" + side
+			placePod(t, sleepPod(name), []string{member}, member)
+			patch := fmt.Sprintf(`{"spec":{"ephemeralContainers":[{"name":"dbg","image":%q,"imagePullPolicy":"Never","command":["sleep","3600"]}]}}`, images.Busybox)
+			if _, err := client.CoreV1().Pods(env.Namespace).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "ephemeralcontainers"); err != nil {
+				t.Fatal(err)
+			}
+			var last string
+			err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				b, err := podBinding(ctx, name)
+				if err != nil {
+					return false, nil
+				}
+				items, _, _ := unstructured.NestedSlice(b.Object, "status", "aggregatedStatus")
+				for _, it := range items {
+					if m, ok := it.(map[string]any); ok && m["clusterName"] == member {
+						last, _ = m["appliedMessage"].(string)
+						applied, _ := m["applied"].(bool) // left out when false
+						return !applied && strings.Contains(last, "pod updates may not change fields"), nil
+					}
+				}
+				return false, nil
+			})
+			if err != nil {
+				t.Errorf("after an ephemeral container on the %s only, Karmada still applies the pod (last message %q): %v", side, last, err)
+			}
+		})
+	}
 }

@@ -10,10 +10,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberevents"
 )
 
 // TestPinnedMember: a server URL pinning a member cluster
@@ -21,8 +24,8 @@ import (
 // pod") reaches the copy of a Duplicated pod in that member, in both auth
 // modes: kubectl exec and logs run there (the pod's IP in that member is
 // the witness), attach and port-forward upgrade, pods/proxy reaches that
-// copy, and a CI job (Jenkins' WebSocket exec) runs there to its exit
-// code. The rest of the API is karmada-apiserver's. A pod Karmada placed
+// copy, the pod's events merge that member's, and a CI job (Jenkins'
+// WebSocket exec) runs there to its exit code. The rest of the API is karmada-apiserver's. A pod Karmada placed
 // on one member only gets, under another member's URL, a 404 naming where
 // it is, and nothing runs.
 func TestPinnedMember(t *testing.T) {
@@ -68,6 +71,7 @@ func TestPinnedMember(t *testing.T) {
 					t.Errorf("get pod under /clusters/%s: %q, %v; want karmada-apiserver's template", m, out, err)
 				}
 				checkPinnedUpgrades(ctx, t, base, m, dup, ips[m])
+				checkPinnedEvents(ctx, t, gw.Config(env.UserAdmin), base, m, dup)
 
 				cfg := gw.Config(env.UserExecOnly)
 				cfg.Host = base
@@ -111,6 +115,31 @@ func checkPinnedUpgrades(ctx context.Context, t *testing.T, base, member, pod, i
 	r := probeRoute{"pods/proxy", http.MethodGet, "/api/v1/namespaces/" + env.Namespace + "/pods/" + pod + ":80/proxy/", nil}
 	if v, msg := probe(ctx, t, rt, base, admin, r); !strings.Contains(msg, ip+":80") {
 		t.Errorf("pods/proxy under /clusters/%s: %+v %s, want the member dialing its copy at %s:80", member, v, msg, ip)
+	}
+}
+
+// checkPinnedEvents: the pod's events listed under base (the pinned URL)
+// merge the member's events from member and from no other.
+func checkPinnedEvents(ctx context.Context, t *testing.T, cfg *rest.Config, base, member, pod string) {
+	t.Helper()
+	cfg.Host = base
+	client := gatewayClientFor(t, cfg)
+	var from map[string]int
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.CoreV1().Events(env.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			return false, nil
+		}
+		from = map[string]int{}
+		for _, e := range evs.Items {
+			if c := e.Annotations[memberevents.MemberClusterAnnotation]; c != "" {
+				from[c]++
+			}
+		}
+		return from[member] > 0, nil
+	})
+	if err != nil || len(from) != 1 {
+		t.Errorf("events of %s under /clusters/%s merge the member events of %v, want %s's only: %v", pod, member, from, member, err)
 	}
 }
 
