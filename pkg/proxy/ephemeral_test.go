@@ -18,8 +18,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/apiresponse"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
 )
 
@@ -221,5 +223,29 @@ func TestEphemeralContainersBodyDeadline(t *testing.T) {
 	}
 	if len(up.steps) != 0 {
 		t.Errorf("a body that never came was written: %q", up.steps)
+	}
+}
+
+// TestEphemeralContainersAreAudited: a kubectl debug write is audited
+// under its own route, with the member it went to, the caller authorize
+// mode authorized and the pod's ephemeralcontainers subresource.
+func TestEphemeralContainersAreAudited(t *testing.T) {
+	up := &ephemeralUpstream{}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	auditor, sink := newCapturingAuditor()
+	authz := &proxytest.Authorizer{Caller: identity.Caller{Name: "alice"}}
+	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL, BearerToken: "gateway-token"}, AuthMode: AuthAuthorize, Authorizer: authz, Auditor: auditor})
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodPatch, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers",
+		http.Header{"Authorization": {"Bearer caller-token"}, "Content-Type": {"application/strategic-merge-patch+json"}}, `{}`))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("code %d: %s", rec.Code, rec.Body)
+	}
+	ev := sink.waitEvents(t, 1)[0]
+	a := ev.Annotations
+	if a[audit.AnnotationRoute] != metrics.RouteEphemeralContainers || a[audit.AnnotationCluster] != proxytest.Cluster || ev.User.Username != "alice" ||
+		ev.ObjectRef == nil || ev.ObjectRef.Name != "p" || ev.ObjectRef.Subresource != ephemeralSubresource || ev.Verb != "patch" {
+		t.Errorf("audit event %+v, want route %s, member %s, user alice, patch of pods/p/ephemeralcontainers", ev, metrics.RouteEphemeralContainers, proxytest.Cluster)
 	}
 }
