@@ -69,6 +69,12 @@ func (f *spdyFollower) channelOf(stream uint32) (Channel, bool) {
 	return 0, false
 }
 
+func (f *spdyFollower) serverAtBoundary() bool {
+	return !f.gaveUp.Load() && f.serverScan.atBoundary()
+}
+
+func (f *spdyFollower) serverLost() bool { return f.gaveUp.Load() }
+
 func (f *spdyFollower) partial() int {
 	if f.gaveUp.Load() {
 		return 0

@@ -198,7 +198,23 @@ type Options struct {
 	// OnEnd is called once, when the stream is closed (ReverseProxy closes
 	// it, possibly after its handler returned).
 	OnEnd func(Summary)
+	// HeartbeatPeriod and HeartbeatDeadline time the gateway's own
+	// heartbeats upstream (see heartbeat.go); zero: 5 s and 60 s.
+	HeartbeatPeriod, HeartbeatDeadline time.Duration
+	// OnHeartbeat, when set, is told of each client heartbeat the gateway
+	// answered and each heartbeat of its own it sent upstream.
+	OnHeartbeat func(Heartbeat)
 }
+
+// Heartbeat is what OnHeartbeat is told of.
+type Heartbeat string
+
+const (
+	// HeartbeatAnswered: the gateway answered a client's heartbeat.
+	HeartbeatAnswered Heartbeat = "answered"
+	// HeartbeatSent: the gateway sent upstream a heartbeat of its own.
+	HeartbeatSent Heartbeat = "sent"
+)
 
 // follower follows one protocol's frames for a Stream.
 type follower interface {
@@ -221,6 +237,13 @@ type follower interface {
 	cut(status *metav1.Status, dropped bool) (tell []byte, found bool)
 	// status is the exit status the server sent, or nil.
 	status() []byte
+	// serverAtBoundary reports whether the server's bytes seen end with a
+	// whole frame of a direction still followed, so that a frame of the
+	// gateway's own may follow. Read side only.
+	serverAtBoundary() bool
+	// serverLost reports whether the server's frames were lost track of;
+	// safe from either side.
+	serverLost() bool
 }
 
 // maxHeldFrame bounds the server frame a Stream holds back until it is
@@ -257,6 +280,9 @@ type Stream struct {
 	opts   Options
 	follow follower // nil when the protocol is not followed
 	hold   bool     // whole frames only (see Stream)
+	// hb answers the client's heartbeats (heartbeat.go); nil unless the
+	// stream holds whole frames.
+	hb *heartbeats
 
 	fromClient, fromServer atomic.Int64
 	// clientLeft: the gateway closed the stream: nothing is reported to
@@ -270,6 +296,7 @@ type Stream struct {
 	// readDone closes when Read returned upstream's end to ReverseProxy.
 	readDone     chan struct{}
 	readDoneOnce sync.Once
+	endedAt      atomic.Int64 // when readDone closed (UnixNano)
 
 	// Read side. held[r:ready] are whole frames not yet read by the
 	// client, held[ready:] the start of a frame still coming.
@@ -291,6 +318,10 @@ func NewStream(upstream io.ReadWriteCloser, opts Options) *Stream {
 		s.follow = newWebSocketFollower(opts.Observer)
 	}
 	s.hold = s.follow != nil && opts.Protocol.exitStatus
+	if s.hold {
+		s.hb = newHeartbeats(opts.Protocol.kind, opts)
+		s.hb.start(s)
+	}
 	return s
 }
 
@@ -303,7 +334,18 @@ func (s *Stream) Write(p []byte) (int, error) {
 	if s.follow != nil {
 		s.follow.fromClient(p)
 	}
-	n, err := s.ReadWriteCloser.Write(p)
+	var n int
+	var err error
+	if s.hb != nil {
+		n, err = s.hb.write(s.ReadWriteCloser, p, s.follow.serverLost())
+		if err == nil && s.hb.lingered(s) {
+			// The read side ended long ago and the client, told so,
+			// still sends (heartbeats only reach nobody): end its copy.
+			err = errClientLingered
+		}
+	} else {
+		n, err = s.ReadWriteCloser.Write(p)
+	}
 	s.fromClient.Add(int64(n))
 	if err != nil && !s.clientLeft.Load() {
 		t := time.NewTimer(writeFailureWait)
@@ -327,9 +369,13 @@ func (s *Stream) Read(p []byte) (int, error) {
 			return n, nil
 		case s.readErr != nil:
 			return s.end(p)
+		case len(s.held) == 0 && s.hb != nil && s.hb.hasAnswers.Load() && s.follow.serverAtBoundary():
+			// Between the server's frames: the answers to the client's
+			// heartbeats.
+			return s.hb.takeAnswers(p), nil
 		case len(s.held) == 0:
 			// Nothing held: read straight into the client's buffer.
-			n, err := s.ReadWriteCloser.Read(p)
+			n, err := s.readUpstream(p)
 			n, err = s.unlessTerminated(n, err)
 			s.saw(p[:n])
 			if k := min(s.partial(), n); k > 0 {
@@ -349,7 +395,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 				s.ready = w
 				continue
 			}
-			n, err := s.ReadWriteCloser.Read(s.held[w:cap(s.held)])
+			n, err := s.readUpstream(s.held[w:cap(s.held)])
 			n, err = s.unlessTerminated(n, err)
 			s.held = s.held[:w+n]
 			s.saw(s.held[w:])
@@ -357,6 +403,15 @@ func (s *Stream) Read(p []byte) (int, error) {
 			s.readErr = err
 		}
 	}
+}
+
+// readUpstream reads upstream, through the heartbeats' pump if there is
+// one; (0, nil) then says answers came for the client.
+func (s *Stream) readUpstream(p []byte) (int, error) {
+	if s.hb != nil {
+		return s.hb.read(s, p)
+	}
+	return s.ReadWriteCloser.Read(p)
 }
 
 // errTerminated ends the read side of a stream the gateway ended.
@@ -450,7 +505,10 @@ func (s *Stream) end(p []byte) (int, error) {
 		s.pending = s.pending[n:]
 		return n, nil
 	}
-	s.readDoneOnce.Do(func() { close(s.readDone) })
+	s.readDoneOnce.Do(func() {
+		s.endedAt.Store(time.Now().UnixNano())
+		close(s.readDone)
+	})
 	return 0, s.readErr
 }
 
@@ -503,6 +561,9 @@ func (s *Stream) Terminate(end End, status metav1.Status) {
 func (s *Stream) Close() error {
 	s.clientLeft.Store(true)
 	err := s.ReadWriteCloser.Close()
+	if s.hb != nil {
+		s.hb.close()
+	}
 	s.endOnce.Do(func() {
 		if s.opts.OnEnd != nil {
 			s.opts.OnEnd(s.Summary())

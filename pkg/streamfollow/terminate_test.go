@@ -237,7 +237,8 @@ func TestFailedWriteWaitsForTheReadSide(t *testing.T) {
 	_ = member.Close() // the member is gone: writes and reads fail
 	wrote := make(chan time.Time, 1)
 	go func() {
-		_, err := s.Write([]byte("x"))
+		// A whole masked frame: a header not yet whole is held.
+		_, err := s.Write([]byte{0x82, 0x81, 1, 2, 3, 4, 5})
 		if err == nil {
 			t.Error("write to a closed upstream succeeded")
 		}

@@ -2,6 +2,7 @@ package streamfollow
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -29,6 +30,7 @@ type webSocketFollower struct {
 	resize         resizeReader
 	errStatus      statusBuf
 	statusSeen     bool // server side
+	lost           atomic.Bool
 }
 
 func newWebSocketFollower(obs Observer) *webSocketFollower {
@@ -49,7 +51,18 @@ func (f *webSocketFollower) fromClient(p []byte) {
 	}
 }
 
-func (f *webSocketFollower) fromServer(p []byte) { f.server.read(p) }
+func (f *webSocketFollower) fromServer(p []byte) {
+	f.server.read(p)
+	if f.server.gaveUp {
+		f.lost.Store(true)
+	}
+}
+
+func (f *webSocketFollower) serverAtBoundary() bool {
+	return !f.server.gaveUp && f.server.hdrN == 0 && f.server.left == 0
+}
+
+func (f *webSocketFollower) serverLost() bool { return f.lost.Load() }
 
 func (f *webSocketFollower) status() []byte { return f.errStatus.get() }
 
