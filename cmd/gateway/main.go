@@ -170,6 +170,7 @@ func run(ctx context.Context, o *options) error {
 		Upstream: cfg, Resolver: res, AuthMode: proxy.AuthMode(o.authMode), Metrics: m,
 		MaxStreams: o.maxStreams, MaxStreamsPerClient: o.maxStreamsPerClient,
 		UpstreamHeaderTimeout: o.upstreamHeaderTimeout, ForwardedFor: proxy.ForwardedFor(o.forwardedFor),
+		StreamHeartbeatPeriod: o.heartbeatPeriod, StreamHeartbeatDeadline: o.heartbeatDeadline,
 	}
 	if o.admissionCacheTTL > 0 && popts.AuthMode == proxy.AuthPassthrough {
 		popts.Admissions = admission.NewCache(o.admissionCacheTTL)

@@ -37,6 +37,8 @@ type options struct {
 	resync              time.Duration
 	readHeaderTimeout   time.Duration
 	idleTimeout         time.Duration
+	heartbeatPeriod     time.Duration
+	heartbeatDeadline   time.Duration
 	certReloadInterval  time.Duration
 	maxHeaderBytes      int
 	clientQPS           float64
@@ -83,6 +85,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long open exec/attach/log/port-forward streams may drain before they are cut")
 	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "informer resync period")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers (guards against slowloris)")
+	fs.DurationVar(&o.heartbeatPeriod, "stream-heartbeat-period", 5*time.Second, "on an exec or attach, the gateway answers the client's heartbeats itself (relayed, one reaching a proxy that already closed makes it drop the end of the output: kubernetes/kubernetes#124571) and sends upstream a heartbeat of its own after this long without a byte from it, which keeps idle streams alive through proxies with idle timeouts")
+	fs.DurationVar(&o.heartbeatDeadline, "stream-heartbeat-deadline", time.Minute, "an exec or attach whose upstream sends nothing for this long after the gateway's heartbeat is cut, and the client told it timed out (client-go gives up on its own heartbeats after 61 s)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", serving.DefaultIdleTimeout, "close a keep-alive connection (an HTTP/2 connection: one with no open stream) after this long without a request, on the proxy and metrics ports; never applies to open exec/attach/port-forward streams, watches or log -f (0 = never)")
 	fs.DurationVar(&o.certReloadInterval, "certificate-reload-interval", serving.DefaultReloadInterval, "how often --tls-cert-file, --tls-key-file and --client-ca-file are read again; changed files are used from the next connection (client CA: request) on, and files that do not load leave the previous ones in use")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 1<<20, "largest request header block accepted")
@@ -151,10 +155,14 @@ func (o *options) validate() error {
 	}{
 		{"--upstream-header-timeout", o.upstreamHeaderTimeout}, {"--auth-timeout", o.authTimeout},
 		{"--member-timeout", o.memberTimeout}, {"--kube-api-timeout", o.kubeAPITimeout},
+		{"--stream-heartbeat-period", o.heartbeatPeriod}, {"--stream-heartbeat-deadline", o.heartbeatDeadline},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("%s must be positive: every outbound call has a deadline", d.flag)
 		}
+	}
+	if o.heartbeatDeadline <= o.heartbeatPeriod {
+		return fmt.Errorf("--stream-heartbeat-deadline must be longer than --stream-heartbeat-period")
 	}
 	if o.shutdownGrace < 0 {
 		return fmt.Errorf("--shutdown-grace-period must not be negative")

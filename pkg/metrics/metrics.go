@@ -89,6 +89,11 @@ type Metrics struct {
 	// (the upstream ended inside a frame or message; a log follow's pod could not
 	// be read to tell a cut from an end).
 	StreamCutsTotal *prometheus.CounterVec
+	// StreamHeartbeatsTotal counts heartbeats on exec and attach streams
+	// by kind: "answered", a client's the gateway answered itself (never
+	// relayed: pkg/streamfollow's heartbeat.go says why); "sent", the
+	// gateway's own to an upstream that sent nothing for a period.
+	StreamHeartbeatsTotal *prometheus.CounterVec
 	// MemberEventsUnavailableTotal counts merged events requests that could
 	// not read a member's events, by cluster: the client got karmada's events
 	// and a warning, which only an alert on this makes an operator see.
@@ -183,6 +188,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "stream_cuts_total",
 			Help: "Streams a member cut without the end their protocol promises (exec or attach without an exit status, log follow of a running container), by route and result (reported: the client got an error; unreported: the gateway could not tell it).",
 		}, []string{"route", "result"}),
+		StreamHeartbeatsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_heartbeats_total",
+			Help: "Heartbeats on exec and attach streams, by kind (answered: a client's, answered by the gateway; sent: the gateway's own, to an upstream silent for --stream-heartbeat-period).",
+		}, []string{"kind"}),
 		MemberEventsUnavailableTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "member_events_unavailable_total",
 			Help: "Reads of a member cluster's pod events for a merged events list or watch that failed (lists: per request; watches: per outage), by cluster.",
@@ -224,7 +233,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.RequestsTotal, m.RequestDuration, m.ActiveStreams, m.StreamDuration,
 		m.ResolveTotal, m.ResolveAmbiguousTotal, m.LabelerPatchesTotal, m.LabelLatency,
 		m.LabelerLeader, m.CacheObjects, m.AuthDecisionsTotal, m.StreamLimitRejectionsTotal,
-		m.StreamCutsTotal, m.MemberEventsUnavailableTotal, m.CertificateReloadsTotal, m.CertificateExpiry,
+		m.StreamCutsTotal, m.StreamHeartbeatsTotal, m.MemberEventsUnavailableTotal, m.CertificateReloadsTotal, m.CertificateExpiry,
 		m.MemberAccess, m.MemberConnections, m.MemberDialsTotal, m.MemberTransportRebuildsTotal,
 	)
 	return m

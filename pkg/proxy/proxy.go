@@ -103,6 +103,11 @@ type Options struct {
 	// started (watches, streams). 0 is DefaultUpstreamHeaderTimeout;
 	// negative is none.
 	UpstreamHeaderTimeout time.Duration
+	// StreamHeartbeatPeriod and StreamHeartbeatDeadline time the
+	// heartbeats the gateway sends upstream on an exec or attach that went
+	// silent, and how long it waits for upstream's answer before it cuts
+	// the stream (pkg/streamfollow); 0 is 5 s and 60 s.
+	StreamHeartbeatPeriod, StreamHeartbeatDeadline time.Duration
 	// Admissions reuses passthrough admission checks' 200s; nil: none.
 	Admissions *admission.Cache
 	// ForwardedFor says what becomes of a client's X-Forwarded-For;
@@ -149,6 +154,10 @@ type Proxy struct {
 	logEndWindow time.Duration
 	// headerTimeout is Options.UpstreamHeaderTimeout, defaulted.
 	headerTimeout time.Duration
+	// heartbeatPeriod and heartbeatDeadline are Options'
+	// StreamHeartbeatPeriod and StreamHeartbeatDeadline (0: streamfollow's
+	// defaults).
+	heartbeatPeriod, heartbeatDeadline time.Duration
 	// inflight parents every request's context and drains them.
 	inflight *inflight.Tracker
 	// streams are the followed upgraded streams open, for Shutdown;
@@ -187,6 +196,9 @@ func New(opts Options) (*Proxy, error) {
 	default:
 		return nil, fmt.Errorf("proxy: unknown auth mode %q", opts.AuthMode)
 	}
+	if opts.StreamHeartbeatPeriod < 0 || opts.StreamHeartbeatDeadline < 0 {
+		return nil, errors.New("proxy: stream heartbeat period and deadline must not be negative")
+	}
 	if opts.MaxStreams < 0 || opts.MaxStreamsPerClient < 0 {
 		return nil, errors.New("proxy: stream limits must not be negative (0 is unlimited)")
 	}
@@ -213,20 +225,21 @@ func New(opts Options) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: forwarded-for: %w", err)
 	}
 	p := &Proxy{
-		upstream:      up,
-		resolver:      opts.Resolver,
-		services:      opts.ServiceResolver,
-		authMode:      opts.AuthMode,
-		authorizer:    opts.Authorizer,
-		metrics:       opts.Metrics,
-		series:        metrics.NewRequestSeries(opts.Metrics),
-		limiter:       streamlimit.New(opts.MaxStreams, opts.MaxStreamsPerClient),
-		logEndWindow:  opts.LogEndWindow,
-		auditor:       opts.Auditor,
-		recorder:      opts.Recorder,
-		admissions:    opts.Admissions,
-		inflight:      inflight.New(),
-		headerTimeout: opts.UpstreamHeaderTimeout,
+		upstream:        up,
+		resolver:        opts.Resolver,
+		services:        opts.ServiceResolver,
+		authMode:        opts.AuthMode,
+		authorizer:      opts.Authorizer,
+		metrics:         opts.Metrics,
+		series:          metrics.NewRequestSeries(opts.Metrics),
+		limiter:         streamlimit.New(opts.MaxStreams, opts.MaxStreamsPerClient),
+		logEndWindow:    opts.LogEndWindow,
+		auditor:         opts.Auditor,
+		recorder:        opts.Recorder,
+		admissions:      opts.Admissions,
+		inflight:        inflight.New(),
+		headerTimeout:   opts.UpstreamHeaderTimeout,
+		heartbeatPeriod: opts.StreamHeartbeatPeriod, heartbeatDeadline: opts.StreamHeartbeatDeadline,
 		streamEndWait: opts.StreamEndWait,
 		forwardedFor:  opts.ForwardedFor,
 		members:       opts.Members,

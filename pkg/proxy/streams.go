@@ -49,6 +49,8 @@ func (p *Proxy) followStream(res *http.Response) error {
 			p.metrics.StreamCutsTotal.WithLabelValues(route, result).Inc()
 			logger.Info("Upstream ended an exec stream without its exit status", "result", result)
 		},
+		HeartbeatPeriod: p.heartbeatPeriod, HeartbeatDeadline: p.heartbeatDeadline,
+		OnHeartbeat: func(h streamfollow.Heartbeat) { p.metrics.StreamHeartbeatsTotal.WithLabelValues(string(h)).Inc() },
 	}
 	a := state.audit
 	if a != nil {
