@@ -229,6 +229,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.StreamCutsTotal.WithLabelValues(route, result)
 		}
 	}
+	// Heartbeats start at 0 too: short streams have none.
+	for _, kind := range []string{"answered", "sent"} {
+		m.StreamHeartbeatsTotal.WithLabelValues(kind)
+	}
 	reg.MustRegister(
 		m.RequestsTotal, m.RequestDuration, m.ActiveStreams, m.StreamDuration,
 		m.ResolveTotal, m.ResolveAmbiguousTotal, m.LabelerPatchesTotal, m.LabelLatency,
