@@ -33,7 +33,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/gateway/Chart.
 IMAGE ?= ghcr.io/karmada-exec-gateway/karmada-exec-gateway:$(VERSION)
 PUSH ?=
 
-.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada node-runtime shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean e2e-hung
+.PHONY: all build image ca-certificates test unit e2e compat demo tools karmada node-runtime node-client shellcheck chart kind-karmada kind-karmada-down fuzz soak bench vet fmt clean e2e-hung
 
 all: build
 
@@ -52,8 +52,10 @@ image: ca-certificates
 ## nodes' runtime from Debian (containerd, runc, CNI plugins, busybox-static,
 ## gcc for Kubernetes' pause.c and the race detector, iproute2). The pods' images
 ## are built from those locally when an environment starts (cached in
-## _output/images).
-tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm karmada node-runtime shellcheck prometheus asciinema
+## _output/images). node-client: e2e/nodeclient's packages from the npm
+## registry (@kubernetes/client-node, for TestNodeClient), with Node.js and
+## npm from Debian where the machine has none.
+tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm karmada node-runtime shellcheck prometheus asciinema node-client
 
 # The tools module's binaries are built in one build list that requires the
 # product's versions of the libraries they share (make vet checks it), in the
@@ -97,6 +99,14 @@ $(BIN)/etcd: $(TOOLS_DEPS)
 
 node-runtime:
 	@hack/install-node-runtime.sh
+
+# npm ci reinstalls node_modules from package-lock.json; a warm npm cache
+# (~/.npm) makes it a few seconds, so it runs only when the lock changed.
+node-client: e2e/nodeclient/node_modules/.package-lock.json
+e2e/nodeclient/node_modules/.package-lock.json: e2e/nodeclient/package-lock.json
+	@command -v npm >/dev/null || hack/install-debian.sh nodejs npm
+	cd e2e/nodeclient && npm ci --prefer-offline --no-audit --no-fund
+	@touch $@
 
 # The gateway image carries Debian's CA bundle (make image, e2e/images' tests).
 ca-certificates:

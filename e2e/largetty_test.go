@@ -126,6 +126,7 @@ func TestIdleStreamsKeepTheirUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(gw.Stop)
 	cfg := gw.Config(env.UserExecOnly)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -102,6 +102,7 @@ func TestPullMember(t *testing.T) {
 			{"executor-seed", TestExecutorSeedTTY},
 			{"executor-semaphore", TestExecutorSemaphore},
 			{"executor-argo", TestExecutorArgoWorkflows},
+			{"node-client", TestNodeClient},         // @kubernetes/client-node, as runner-container-hooks use it
 			{"debug", TestKubectlDebug},             // kubectl debug -it --target
 			{"pinned", TestPinnedMember},            // /clusters/<member> server URLs, a Duplicated pod on both Pull members
 			{"auth-modes", testDisruptiveAuthModes}, // both auth modes
