@@ -24,6 +24,7 @@ var Sections = []Section{
 	{Name: "job-replay", NeedsEnv: true, Run: (*Runner).JobReplay},
 	{Name: "direct-access", NeedsEnv: true, Run: (*Runner).DirectAccess},
 	{Name: "nagle", NeedsEnv: true, Run: (*Runner).Nagle},
+	{Name: "node-client", NeedsEnv: true, Run: (*Runner).NodeClient},
 	{Name: "exec", NeedsEnv: true, Run: (*Runner).Exec},
 	{Name: "sessions", NeedsEnv: true, Run: (*Runner).Sessions},
 	{Name: "watch", NeedsEnv: true, Run: (*Runner).Watch},
