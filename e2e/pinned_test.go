@@ -53,6 +53,28 @@ func TestPinnedMember(t *testing.T) {
 		}
 		t.Cleanup(gw.Stop)
 		t.Run(mode, func(t *testing.T) {
+			// A cluster Karmada does not have, a typo in a kubeconfig: a
+			// 404 Status naming it on every route, never karmada-apiserver's
+			// answer; kubectl fails at once (its discovery gets the 404
+			// and prints its own "could not find the requested resource").
+			typoBase := gw.URL() + "/clusters/no-such-member"
+			caller := probeCaller{name: env.UserExecOnly, token: testEnv.Token(env.UserExecOnly)}
+			for _, rt := range []probeRoute{
+				{"get pod", http.MethodGet, "/api/v1/namespaces/" + env.Namespace + "/pods/" + dup, nil},
+				{"discovery", http.MethodGet, "/apis", nil},
+				{"log", http.MethodGet, "/api/v1/namespaces/" + env.Namespace + "/pods/" + dup + "/log", nil},
+			} {
+				if v, msg := probe(ctx, t, http1Transport(t), typoBase, caller, rt); v.Code != http.StatusNotFound || v.Reason != "NotFound" || !strings.Contains(msg, `member cluster "no-such-member" not found`) {
+					t.Errorf("%s under /clusters/no-such-member: %+v %q, want 404 NotFound naming the cluster", rt.name, v, msg)
+				}
+			}
+			typo := serverKubeconfig(t, testEnv.GatewayKubeconfig(env.UserExecOnly), typoBase)
+			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			out, stderr, err := testEnv.RunKubectl(tctx, typo, nil, "exec", dup, "--", "sh", "-c", "echo ran")
+			cancel()
+			if err == nil || strings.Contains(out, "ran") || !strings.Contains(stderr, "could not find the requested resource") {
+				t.Errorf("kubectl exec under /clusters/no-such-member: %v, %q %q; want it to fail at discovery's 404", err, out, stderr)
+			}
 			for _, m := range members {
 				base := gw.URL() + "/clusters/" + m
 				kubeconfig := serverKubeconfig(t, testEnv.GatewayKubeconfig(env.UserExecOnly), base)

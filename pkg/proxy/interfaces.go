@@ -33,6 +33,14 @@ type ClusterHinter interface {
 	ClusterHint(namespace, pod string) string
 }
 
+// ClusterKnower is a Resolver that knows Karmada's member clusters, so a
+// server URL pinning one Karmada does not have (/clusters/<name>, a typo in
+// a kubeconfig) is refused on every route, not only on those it rewrites.
+// *resolver.Resolver implements it.
+type ClusterKnower interface {
+	ClusterKnown(name string) bool
+}
+
 // ServiceResolver maps a federated Service to the member cluster that
 // serves it. *resolver.Resolver implements it.
 type ServiceResolver interface {

@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/resolver"
 )
 
@@ -27,8 +29,15 @@ const pinnedPrefix = "/clusters/"
 // puts under /clusters/ but that is not exactly /clusters/<DNS-1123
 // label>[/...] without percent-encoding in the prefix, or that nests a
 // second prefix, is refused with 400: a proxy in between could read it
-// otherwise than the gateway does.
-func pinClusterPath(next http.Handler) http.Handler {
+// otherwise than the gateway does. A cluster that is not one of Karmada's
+// member clusters (when known is set) gets 404 on every route: passthrough
+// requests under a mistyped prefix would otherwise work, and only streams
+// fail.
+func pinClusterPath(known func(string) bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler { return pinClusterPathTo(next, known) }
+}
+
+func pinClusterPathTo(next http.Handler, known func(string) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !underPinnedPrefix(r.URL) {
 			next.ServeHTTP(w, r)
@@ -39,6 +48,14 @@ func pinClusterPath(next http.Handler) http.Handler {
 			refuse(w, r, apierrors.NewBadRequest(fmt.Sprintf(
 				"invalid member cluster path %q: want /clusters/<cluster>/<Kubernetes API path> with a DNS-1123 label cluster name and no percent-encoding in the prefix",
 				r.URL.EscapedPath())))
+			return
+		}
+		if known != nil && !known(cluster) {
+			refuse(w, r, &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+				Details: &metav1.StatusDetails{Group: karmada.ClusterGVR.Group, Kind: karmada.ClusterGVR.Resource, Name: cluster},
+				Message: fmt.Sprintf("member cluster %q not found: the server URL's path %s%s names a cluster Karmada does not have", cluster, pinnedPrefix, cluster),
+			}})
 			return
 		}
 		ctx := resolver.WithPinnedCluster(r.Context(), cluster)

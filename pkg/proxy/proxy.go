@@ -279,9 +279,13 @@ func New(opts Options) (*Proxy, error) {
 		}
 		events = routeClaimed(p.events.Claims, p.serveEvents)
 	}
+	var clusterKnown func(string) bool
+	if k, ok := opts.Resolver.(ClusterKnower); ok {
+		clusterKnown = k.ClusterKnown
+	}
 	p.router = newRouter(routes{
 		rewrite: p.serveRewrite, passthrough: p.servePassthrough, pods: p.servePodProxy,
-		services: services, ephemeral: p.serveEphemeralContainers, events: events,
+		services: services, ephemeral: p.serveEphemeralContainers, events: events, clusterKnown: clusterKnown,
 	})
 	return p, nil
 }

@@ -35,6 +35,9 @@ type routes struct {
 	rewrite, passthrough, pods, services, ephemeral http.HandlerFunc
 	// events claims the pod-scoped events lists and watches it merges.
 	events func(http.Handler) http.Handler
+	// clusterKnown, when set, tells pinned paths' member clusters from
+	// names Karmada does not have.
+	clusterKnown func(string) bool
 }
 
 // newRouter routes as routes says. pinClusterPath and guardPodRequests run
@@ -42,7 +45,7 @@ type routes struct {
 // known to be canonical and below any /clusters/<member>/ prefix.
 func newRouter(rt routes) http.Handler {
 	mux := chi.NewRouter()
-	mux.Use(pinClusterPath, guardPodRequests)
+	mux.Use(pinClusterPath(rt.clusterKnown), guardPodRequests)
 	mux.Use(routeProxySubresource(podProxy, rt.pods))
 	if rt.services != nil {
 		mux.Use(routeProxySubresource(serviceProxy, rt.services))

@@ -3,9 +3,11 @@ package proxy
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -247,5 +249,52 @@ func TestRewriteSetsPathAndRawPath(t *testing.T) {
 		if u.Host != "127.0.0.1:1" || got.requests[0].Host != "" {
 			t.Errorf("%s: URL host %q, Host %q", tc.target, u.Host, got.requests[0].Host)
 		}
+	}
+}
+
+// knowingResolver is the test resolver, knowing Karmada's member clusters
+// as *resolver.Resolver does.
+type knowingResolver struct {
+	proxytest.Resolver
+	clusters []string
+}
+
+func (r *knowingResolver) ClusterKnown(name string) bool { return slices.Contains(r.clusters, name) }
+
+// TestPinnedUnknownClusterIs404: a server URL pinning a cluster Karmada
+// does not have gets a 404 Status naming it on every route, passthrough
+// included, and nothing goes upstream; a known one is served.
+func TestPinnedUnknownClusterIs404(t *testing.T) {
+	for _, tt := range []struct {
+		name, method, target string
+		wantCode             int
+	}{
+		{"passthrough", "GET", "/clusters/member3/api/v1/namespaces/ci/pods/x", http.StatusNotFound},
+		{"discovery", "GET", "/clusters/member3/apis", http.StatusNotFound},
+		{"exec", "POST", "/clusters/member3/api/v1/namespaces/ci/pods/x/exec?command=sh", http.StatusNotFound},
+		{"known", "GET", "/clusters/member2/api/v1/namespaces/ci/pods/x", http.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &proxytest.RecordingUpstream{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL},
+				Resolver: &knowingResolver{Resolver: proxytest.Resolver{Cluster: "member2"}, clusters: []string{"member1", "member2"}}})
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, proxytest.RawRequest(t, tt.method, tt.target, nil, ""))
+			if rec.Code != tt.wantCode {
+				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
+			}
+			if tt.wantCode == http.StatusOK {
+				return
+			}
+			if reqs := up.Requests(); len(reqs) != 0 {
+				t.Fatalf("a request for an unknown cluster reached the upstream: %+v", reqs)
+			}
+			st := proxytest.DecodeStatus(t, rec.Header().Get("Content-Type"), rec.Body.Bytes())
+			if st.Reason != metav1.StatusReasonNotFound || !strings.Contains(st.Message, `"member3"`) {
+				t.Fatalf("Status %+v, want NotFound naming member3", st)
+			}
+		})
 	}
 }

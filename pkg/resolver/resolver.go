@@ -376,6 +376,9 @@ func (r *Resolver) validClusterName(name string) bool {
 	return valid
 }
 
+// ClusterKnown reports whether Karmada has a member cluster named name.
+func (r *Resolver) ClusterKnown(name string) bool { return r.cluster(name) != nil }
+
 func (r *Resolver) cluster(name string) *karmada.Cluster {
 	obj, exists, err := r.clusters.GetByKey(name)
 	if err != nil || !exists {
