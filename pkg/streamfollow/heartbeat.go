@@ -290,6 +290,7 @@ func (c *frameCutter) atBoundary() bool { return !c.gaveUp && (c.left == 0 || c.
 // the client while upstream is silent.
 type heartbeats struct {
 	period, deadline time.Duration
+	linger           time.Duration // see lingered
 	proto            heartbeatProtocol
 	on               func(Heartbeat)
 
@@ -345,7 +346,7 @@ func (errUpstreamSilent) Temporary() bool { return true }
 
 func newHeartbeats(kind protocolKind, opts Options) *heartbeats {
 	h := &heartbeats{
-		period: opts.HeartbeatPeriod, deadline: opts.HeartbeatDeadline, on: opts.OnHeartbeat,
+		period: opts.HeartbeatPeriod, deadline: opts.HeartbeatDeadline, on: opts.OnHeartbeat, linger: writeFailureWait,
 		wake: make(chan struct{}, 1), chunks: make(chan chunk, 1), consumed: make(chan struct{}, 1),
 		stop: make(chan struct{}), pumped: make(chan struct{}),
 	}
@@ -481,14 +482,17 @@ func (h *heartbeats) write(upstream io.Writer, p []byte, serverLost bool) (int, 
 }
 
 // errClientLingered ends the client's copy of a stream whose server side
-// ended more than writeFailureWait before: it sends heartbeats to nobody.
+// ended more than the linger before (writeFailureWait, the bound a write
+// to an ended upstream had before heartbeats stopped reaching it): it
+// sends heartbeats to nobody, and ReverseProxy holds the connection until
+// that copy returns.
 var errClientLingered = errors.New("the client still sent after its stream ended")
 
 // lingered reports whether s's read side handed out its end more than
-// writeFailureWait ago.
+// h.linger ago.
 func (h *heartbeats) lingered(s *Stream) bool {
 	at := s.endedAt.Load()
-	return at != 0 && time.Since(time.Unix(0, at)) > writeFailureWait
+	return at != 0 && time.Since(time.Unix(0, at)) >= h.linger
 }
 
 // takeAnswers hands out answers for the client, as many as p holds.

@@ -266,3 +266,33 @@ func TestFrameCutterAbandoned(t *testing.T) {
 }
 
 func cat(b ...[]byte) []byte { return bytes.Join(b, nil) }
+
+// TestClientLingeringAfterTheEnd: once the read side handed the client
+// the stream's end, the client's heartbeats are still taken (answered to
+// nobody) within the linger, and past it its write fails, so ReverseProxy
+// lets the connection go.
+func TestClientLingeringAfterTheEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		linger  time.Duration
+		wantErr error
+	}{
+		{"within the linger", time.Hour, nil},
+		{"past the linger", 0, errClientLingered},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, member := heartbeatStream(t, webSocketV5, Options{HeartbeatPeriod: time.Hour})
+			s.hb.linger = tc.linger
+			go func() {
+				_, _ = member.Write(wsMessage(byte(Error), `{"metadata":{},"status":"Success"}`))
+				_ = member.Close()
+			}()
+			if _, err := io.ReadAll(s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Write(clientFrame(wsPing, nil)); !errors.Is(err, tc.wantErr) {
+				t.Fatalf("a heartbeat after the end: %v, want %v", err, tc.wantErr)
+			}
+		})
+	}
+}
