@@ -1088,9 +1088,10 @@ func readmeCommands(t *testing.T, title, marker string) []string {
 // readmePinnedContexts runs README's per-member contexts (the block with
 // /clusters/<member>) as written for every member, through the
 // port-forward on port: the exec runs in the member that has pod and
-// prints what the unpinned one printed; every other member, and a name
-// that is no member, answers that the pod is not placed there, naming
-// where it is.
+// prints what the unpinned one printed; every other member answers that
+// the pod is not placed there, naming where it is; a name that is no
+// member of Karmada's fails at kubectl's discovery, which the gateway
+// answers 404 as it answers every route under that name.
 func readmePinnedContexts(t *testing.T, e *env.Env, sh *readmeShell, port, pod, command, want string) {
 	t.Helper()
 	lines := readmeCommands(t, "Point executors at the gateway", "/clusters/<member>")
@@ -1102,8 +1103,9 @@ func readmePinnedContexts(t *testing.T, e *env.Env, sh *readmeShell, port, pod, 
 		t.Fatalf("clusters of %s: %v, %v", pod, placed, err)
 	}
 	// The Helm test's environment may have one member: a Cluster name
-	// Karmada does not know is refused the same way.
-	for _, member := range append(e.Members(), "no-such-member") {
+	// Karmada does not know is refused too.
+	const unknown = "no-such-member"
+	for _, member := range append(e.Members(), unknown) {
 		r := strings.NewReplacer("<member>", member, "127.0.0.1:8443", "127.0.0.1:"+port, "<namespace>", env.Namespace, "<pod>", pod, "<command>", command)
 		sh.mustRun(t, r.Replace(lines[0]))
 		sh.mustRun(t, r.Replace(lines[1]))
@@ -1111,6 +1113,10 @@ func readmePinnedContexts(t *testing.T, e *env.Env, sh *readmeShell, port, pod, 
 		switch {
 		case member == placed[0] && (err != nil || out != want):
 			t.Errorf("README's exec pinned to %s, where %s runs: %q, %v; want %q", member, pod, out, err, want)
+		case member == unknown:
+			if err == nil || !strings.Contains(out, "could not find the requested resource") {
+				t.Errorf("README's exec pinned to %s, a cluster Karmada does not have: %q, %v; want discovery's 404", member, out, err)
+			}
 		case member != placed[0] && (err == nil || !strings.Contains(out, fmt.Sprintf("is not placed on member cluster %q", member)) || !strings.Contains(out, "Karmada placed it on "+placed[0])):
 			t.Errorf("README's exec pinned to %s, where %s does not run: %q, %v; want the 404 naming %s", member, pod, out, err, placed[0])
 		}
