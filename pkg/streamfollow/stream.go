@@ -428,7 +428,11 @@ func (s *Stream) unlessTerminated(n int, err error) (int, error) {
 	if s.terminated.Load() == nil {
 		return n, err
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, io.EOF) {
+		// Never a clean end: on io.EOF ReverseProxy would wait for the
+		// client to close its side too, which a client behind a
+		// port-forward may never be seen to do, and a gateway shutting
+		// down would exit before the stream's audit event was written.
 		err = errTerminated
 	}
 	return 0, err

@@ -364,3 +364,34 @@ func TestCutStatusSaysWhatTheGatewaySaw(t *testing.T) {
 		}
 	}
 }
+
+// eofOnClose is an upstream whose pending read ends with io.EOF when it is
+// closed, as a TLS connection's does when the peer's close_notify answers
+// the gateway's own.
+type eofOnClose struct {
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (u *eofOnClose) Read([]byte) (int, error)    { <-u.closed; return 0, io.EOF }
+func (u *eofOnClose) Write(p []byte) (int, error) { return len(p), nil }
+func (u *eofOnClose) Close() error                { u.once.Do(func() { close(u.closed) }); return nil }
+
+// TestTerminatedStreamNeverEndsClean: a stream the gateway ended reads
+// as ended by the gateway even when upstream's side answers with a clean
+// EOF: on io.EOF ReverseProxy would wait for the client to close its side
+// too, and a gateway shutting down would exit before the audit event.
+func TestTerminatedStreamNeverEndsClean(t *testing.T) {
+	for _, proto := range []Protocol{webSocketV5, spdyV4} {
+		t.Run(proto.String(), func(t *testing.T) {
+			s := NewStream(&eofOnClose{closed: make(chan struct{})}, Options{Protocol: proto})
+			defer s.Close()
+			done := make(chan error, 1)
+			go func() { _, err := io.ReadAll(s); done <- err }()
+			s.Terminate(EndGatewayShutdown, shutdownStatus())
+			if err := <-done; !errors.Is(err, errTerminated) {
+				t.Fatalf("the read ended with %v, want %v", err, errTerminated)
+			}
+		})
+	}
+}
