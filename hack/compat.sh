@@ -16,7 +16,7 @@ COMPAT_VERSIONS=${COMPAT_VERSIONS:-pinned v1.18.2 v1.16.8}
 # The subset: one anchored -run regexp per word, so a test joins with one
 # more word. Smoke, the streams (exec, attach, logs, port-forward), the CI
 # executors, pod status fidelity and the member-local pod refusal.
-COMPAT_TESTS=${COMPAT_TESTS:-TestSmoke TestStreams TestAttach TestLogs TestPortForward TestExecutor.* TestPodStatusFidelity TestMemberLocalPodNotReached TestDirectMemberAccess TestPullMember}
+COMPAT_TESTS=${COMPAT_TESTS:-TestSmoke TestStreams TestAttach TestLogs TestPortForward TestExecutor.* TestNodeClient TestSlowReaderGetsEveryByte TestIdleStreamsKeepTheirUpstream TestPodStatusFidelity TestMemberLocalPodNotReached TestDirectMemberAccess TestPullMember}
 COMPAT_TIMEOUT=${COMPAT_TIMEOUT:-30m}
 
 read -r -a words <<<"$COMPAT_TESTS"
