@@ -141,7 +141,11 @@ func runNodeClient(t *testing.T, dir, kubeconfig, pod string, echoPort int, run 
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node client.mjs (%s): %v\nstderr: %s", run, err, stderr.String())
+		hint := ""
+		if exitCode(err) == 13 {
+			hint = " (Node's exit code 13: a top-level await never settled)"
+		}
+		t.Fatalf("node client.mjs (%s): %v%s\nstdout: %s\nstderr: %s", run, err, hint, stdout.String(), stderr.String())
 	}
 	var r nodeClientResult
 	dec := json.NewDecoder(&stdout)

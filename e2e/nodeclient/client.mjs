@@ -111,8 +111,12 @@ async function copySteps() {
     await exec('main', ['sh', '-c', listingScript(remote)], { stdout: podListing });
     const back = path.join(local, 'back');
     const extract = tar.extract(back);
+    const extracted = new Promise((resolve, reject) => {
+      extract.on('finish', resolve);
+      extract.on('error', reject);
+    });
     const fromPod = await exec('main', ['tar', 'cf', '-', '-C', '/tmp', `nodeclient-${run}`], { stdout: extract, stderr: collect() });
-    await new Promise((resolve) => (extract.writableFinished ? resolve() : extract.on('finish', resolve)));
+    await withTimeout('tar extract', extracted);
     const localListing = execFileSync('sh', ['-c', listingScript(path.join(back, `nodeclient-${run}`))]).toString();
     return {
       mkdir: outcome(mkdir), toPod: outcome(toPod), fromPod: outcome(fromPod),
