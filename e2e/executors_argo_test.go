@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
@@ -105,7 +107,16 @@ func TestExecutorArgoWorkflows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, container := range running {
-		if err := argoSignalContainer(ctx, cfg, gw, p, container, syscall.SIGTERM); err != nil {
+		err := argoSignalContainer(ctx, cfg, gw, p, container, syscall.SIGTERM)
+		var killed utilexec.ExitError
+		switch {
+		case errors.As(err, &killed) && killed.ExitStatus() == 137:
+			// The container's PID 1 exited on the signal before the
+			// exec's own shell did, which went with its container
+			// (SIGKILL): the kubelet's status, relayed. Argo's controller
+			// logs a failed signal and goes on; what counts is below.
+			t.Logf("signal %s: the exec went with its container: %v", container, err)
+		case err != nil:
 			t.Errorf("signal %s as Argo's controller does: %v", container, err)
 		}
 	}
