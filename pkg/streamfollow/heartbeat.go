@@ -77,26 +77,11 @@ func (wsHeartbeats) headerLen(h []byte) (int, bool) {
 	if h[1]&0x80 == 0 {
 		return 0, false // a client's frames are masked
 	}
-	n := 2 + 4
-	switch h[1] & 0x7f {
-	case 126:
-		n += 2
-	case 127:
-		n += 8
-	}
-	return n, true
+	return wsHeaderLen(h[1]), true
 }
 
 func (wsHeartbeats) frame(h []byte) (uint64, bool) {
-	var n uint64
-	switch l := h[1] & 0x7f; l {
-	case 126:
-		n = uint64(binary.BigEndian.Uint16(h[2:4]))
-	case 127:
-		n = binary.BigEndian.Uint64(h[2:10])
-	default:
-		n = uint64(l)
-	}
+	n := wsPayloadLen(h)
 	return n, h[0] == 0x80|wsPing && n <= 125
 }
 

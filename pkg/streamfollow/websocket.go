@@ -177,20 +177,11 @@ func (r *wsReader) read(b []byte) {
 		r.hdrN++
 		b = b[1:]
 		if r.hdrN == 2 {
-			r.need = 2
-			switch r.hdr[1] & 0x7f {
-			case 126:
-				r.need += 2
-			case 127:
-				r.need += 8
-			}
 			if masked := r.hdr[1]&0x80 != 0; masked != r.masked {
 				r.gaveUp = true // not WebSocket as this direction speaks it
 				return
 			}
-			if r.masked {
-				r.need += 4
-			}
+			r.need = wsHeaderLen(r.hdr[1])
 		}
 		if r.hdrN >= 2 && r.hdrN == r.need {
 			r.startFrame()
@@ -219,20 +210,10 @@ func (r *wsReader) startFrame() {
 	opcode := r.hdr[0] & 0x0f
 	r.opcode = opcode
 	r.fin = r.hdr[0]&0x80 != 0
-	off := 2
-	switch n := r.hdr[1] & 0x7f; n {
-	case 126:
-		r.left = uint64(binary.BigEndian.Uint16(r.hdr[2:4]))
-		off = 4
-	case 127:
-		r.left = binary.BigEndian.Uint64(r.hdr[2:10])
-		off = 10
-	default:
-		r.left = uint64(n)
-	}
+	r.left = wsPayloadLen(r.hdr[:r.hdrLen])
 	r.frameLen = r.left
 	if r.masked {
-		copy(r.key[:], r.hdr[off:off+4])
+		copy(r.key[:], r.hdr[r.hdrLen-4:r.hdrLen])
 		r.keyN = 0
 	}
 	r.data = opcode < wsClose
@@ -287,6 +268,35 @@ func (r *wsReader) endFrame() {
 		if r.messageEnd != nil && !r.first {
 			r.messageEnd(r.channel)
 		}
+	}
+}
+
+// wsHeaderLen is the length of a frame header whose second byte is b1:
+// two bytes, the extended payload length, and the mask key of a masked
+// frame.
+func wsHeaderLen(b1 byte) int {
+	n := 2
+	switch b1 & 0x7f {
+	case 126:
+		n += 2
+	case 127:
+		n += 8
+	}
+	if b1&0x80 != 0 {
+		n += 4
+	}
+	return n
+}
+
+// wsPayloadLen is the payload length the whole frame header h states.
+func wsPayloadLen(h []byte) uint64 {
+	switch n := h[1] & 0x7f; n {
+	case 126:
+		return uint64(binary.BigEndian.Uint16(h[2:4]))
+	case 127:
+		return binary.BigEndian.Uint64(h[2:10])
+	default:
+		return uint64(n)
 	}
 }
 
