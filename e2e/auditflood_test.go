@@ -92,12 +92,7 @@ func TestAuditMemoryUnderFlood(t *testing.T) {
 	if peak > floodMemoryBound {
 		t.Errorf("the gateway's peak RSS was %d MiB, over %d MiB", peak>>20, floodMemoryBound>>20)
 	}
-	res, err := http.Get(gw.MetricsURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	b := scrapeMetrics(t, gw.MetricsURL())
 	dropped := metricValue(string(b), `karmada_gateway_audit_events_dropped_total{sink="webhook"}`)
 	if dropped <= 0 {
 		t.Errorf("no dropped events counted: %s", grepLines(string(b), "audit_events"))
@@ -125,6 +120,22 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM in /proc/<pid>/status")
 	return 0
+}
+
+// scrapeMetrics is the text exposition an extra gateway's plain HTTP
+// metrics port serves at metricsURL.
+func scrapeMetrics(t *testing.T, metricsURL string) []byte {
+	t.Helper()
+	res, err := http.Get(metricsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // metricValue is the value of the sample named exactly series in a

@@ -2,14 +2,13 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -83,9 +82,7 @@ func TestSlowReaderGetsEveryByte(t *testing.T) {
 			t.Parallel()
 			for run := range 3 {
 				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-				u := gatewayClient(t, env.UserExecOnly).CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(pod).
-					SubResource("exec").Param("container", "main").Param("command", "head").Param("command", "-c").
-					Param("command", strconv.Itoa(size)).Param("command", "/dev/zero").Param("stdout", "true").URL()
+				u := execURL(t, pod, &corev1.PodExecOptions{Container: "main", Command: []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}, Stdout: true})
 				out := &slowLink{bytesPerSecond: 2_000_000}
 				err := execExecutor(t, kind, cfg, u).StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: out})
 				cancel()
@@ -138,9 +135,7 @@ func TestIdleStreamsKeepTheirUpstream(t *testing.T) {
 		for _, kind := range []string{"spdy", "websocket"} {
 			t.Run(kind, func(t *testing.T) {
 				t.Parallel()
-				u := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(pod).
-					SubResource("exec").Param("container", "main").Param("command", "sh").Param("command", "-c").Param("command", script).
-					Param("stdout", "true").URL()
+				u := podExecURL(client, pod, &corev1.PodExecOptions{Container: "main", Command: []string{"sh", "-c", script}, Stdout: true})
 				var out strings.Builder
 				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 				defer cancel()
@@ -150,12 +145,7 @@ func TestIdleStreamsKeepTheirUpstream(t *testing.T) {
 			})
 		}
 	})
-	res, err := http.Get(gw.MetricsURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	b := scrapeMetrics(t, gw.MetricsURL())
 	for kind, least := range map[string]float64{"sent": 2 * 6 / period.Seconds() / 2, "answered": 2} {
 		if got := metricValue(string(b), `karmada_gateway_stream_heartbeats_total{kind="`+kind+`"}`); got < least {
 			t.Errorf("karmada_gateway_stream_heartbeats_total{kind=%q} is %v, want at least %v", kind, got, least)

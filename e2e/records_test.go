@@ -192,12 +192,7 @@ func TestRecordsThroughRestarts(t *testing.T) {
 			t.Logf("session %s, its gateway killed, ended with %v", s.marker, err)
 		}
 		next := start("gateway-after-crash")
-		res, err := http.Get(next.MetricsURL() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
+		b := scrapeMetrics(t, next.MetricsURL())
 		if !strings.Contains(string(b), "karmada_gateway_recordings_recovered_total 2") {
 			t.Errorf("the next gateway did not count 2 recovered recordings:\n%s", grepLines(string(b), "recordings_"))
 		}

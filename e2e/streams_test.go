@@ -21,6 +21,7 @@ import (
 	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -169,7 +170,11 @@ func tail(s string, n int) string {
 // programs build it.
 func execURL(t *testing.T, pod string, opts *corev1.PodExecOptions) *url.URL {
 	t.Helper()
-	client := gatewayClient(t, env.UserExecOnly)
+	return podExecURL(gatewayClient(t, env.UserExecOnly), pod, opts)
+}
+
+// podExecURL is the exec URL of pod on client's server.
+func podExecURL(client kubernetes.Interface, pod string, opts *corev1.PodExecOptions) *url.URL {
 	return client.CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(pod).
 		SubResource("exec").VersionedParams(opts, scheme.ParameterCodec).URL()
 }

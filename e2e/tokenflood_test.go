@@ -139,12 +139,7 @@ func TestTokenFlood(t *testing.T) {
 	}
 	p99, p50 := took[len(took)*99/100], took[len(took)/2]
 	peak := peakRSS(t, gw.PID())
-	res, err := http.Get(gw.MetricsURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	b := scrapeMetrics(t, gw.MetricsURL())
 	reviews := metricValue(string(b), `karmada_gateway_auth_decisions_total{cache="miss",result="unauthenticated"}`)
 	t.Logf("flood: %d random-token requests in %s (%d 429 without a review, %d 401 after one; %.0f unauthenticated decisions missed the cache); "+
 		"legitimate execs: %d, p50 %s, p99 %s; /readyz %d of %d probes not 200; peak RSS %d MiB",
