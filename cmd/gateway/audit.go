@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
-	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
 )
 
 // auditOptions are the audit flags, named and defaulted as kube-apiserver's
@@ -127,59 +125,4 @@ func (o *auditOptions) start(reg prometheus.Registerer) (a *audit.Auditor, stop 
 	ctx, cancel := context.WithCancel(context.Background())
 	a.Start(ctx, o.drain)
 	return a, func() { cancel(); a.Wait() }, nil
-}
-
-// recordingOptions are the session recording flags.
-type recordingOptions struct {
-	mode, dir, namespaces string
-	stdin, failClosed     bool
-	maxSessionMB          int
-	maxTotalMB            int
-}
-
-func bindRecordingFlags(fs *flag.FlagSet) *recordingOptions {
-	o := &recordingOptions{}
-	fs.StringVar(&o.mode, "record-sessions", "none", "record exec and attach sessions as asciicast v2 files: none, tty (sessions with a terminal) or all")
-	fs.StringVar(&o.namespaces, "record-sessions-namespaces", "", "per-namespace overrides of --record-sessions, as namespace=mode,... (e.g. prod=all,dev=none)")
-	fs.StringVar(&o.dir, "record-sessions-dir", "", "directory the recordings are written to (files 0600, renamed into place when the session ends)")
-	fs.BoolVar(&o.stdin, "record-sessions-stdin", false, "also record what clients send (asciicast input events); off by default: stdin carries what users type, secrets included")
-	fs.IntVar(&o.maxSessionMB, "record-sessions-max-session-size", 100, "megabytes a recording may take; later output is not recorded (the file says so)")
-	fs.IntVar(&o.maxTotalMB, "record-sessions-max-total-size", 10240, "megabytes the recording directory may hold; new sessions are not recorded beyond it")
-	fs.BoolVar(&o.failClosed, "record-sessions-fail-closed", false, "refuse a session that cannot be recorded (and cut one whose recording fails); by default it goes on unrecorded and karmada_gateway_recording_failures_total counts it")
-	return o
-}
-
-// build is the Recorder the flags ask for, or nil for none anywhere.
-func (o *recordingOptions) build(reg prometheus.Registerer) (*recording.Recorder, error) {
-	mode, err := recording.ParseMode(o.mode)
-	if err != nil {
-		return nil, fmt.Errorf("--record-sessions: %w", err)
-	}
-	overrides := map[string]recording.Mode{}
-	for _, kv := range strings.Split(o.namespaces, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		ns, m, ok := strings.Cut(kv, "=")
-		if !ok || ns == "" {
-			return nil, fmt.Errorf("--record-sessions-namespaces: %q is not namespace=mode", kv)
-		}
-		if overrides[ns], err = recording.ParseMode(m); err != nil {
-			return nil, fmt.Errorf("--record-sessions-namespaces: %w", err)
-		}
-	}
-	anyOn := mode != recording.ModeNone
-	for _, m := range overrides {
-		anyOn = anyOn || m != recording.ModeNone
-	}
-	if !anyOn {
-		return nil, nil
-	}
-	if o.dir == "" {
-		return nil, errors.New("--record-sessions-dir is required to record sessions")
-	}
-	return recording.New(recording.Options{
-		Dir: o.dir, Mode: mode, Namespaces: overrides, Stdin: o.stdin, FailClosed: o.failClosed, Registerer: reg,
-		MaxSessionBytes: int64(o.maxSessionMB) << 20, MaxTotalBytes: int64(o.maxTotalMB) << 20,
-	})
 }

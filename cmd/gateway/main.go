@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -203,16 +204,25 @@ func run(ctx context.Context, o *options) error {
 		}
 		popts.Authorizer = a
 	}
+	recs, err := o.recording.build(reg)
+	if err != nil {
+		return err
+	}
+	popts.Recorder = recs.recorder
 	auditor, stopAudit, err := o.audit.start(reg)
 	if err != nil {
 		return err
 	}
-	defer stopAudit() // after the streams drained: their last events are written
+	// After the streams drained, at once: their last audit events are
+	// written, and their recordings uploaded.
+	defer func() {
+		var wg sync.WaitGroup
+		wg.Go(stopAudit)
+		wg.Go(func() { recs.drainUploads(logger) })
+		wg.Wait()
+	}()
 	if auditor != nil {
 		popts.Auditor = auditor
-	}
-	if popts.Recorder, err = o.recording.build(reg); err != nil {
-		return err
 	}
 	px, err := proxy.New(popts)
 	if err != nil {
@@ -291,6 +301,9 @@ func run(ctx context.Context, o *options) error {
 	}
 	if lab != nil {
 		lc.labeler = lab
+	}
+	if recs.uploader != nil {
+		lc.background = append(lc.background, recs.uploader.Run)
 	}
 	return lc.run(ctx)
 }

@@ -14,10 +14,12 @@
 // is incomplete and is renamed to its name; a reader never sees a file
 // still being written.
 //
-// Nothing recorded is ever deleted. A recording that ends incomplete (its
-// stream cut, the gateway shutting down, a cap reached, a write failed) is
-// kept as far as it got, with an "m" marker event saying why when one can
-// still be written, and Result says what was kept. A recording left behind
+// Nothing recorded is deleted here; pkg/upload removes a recording from
+// the directory once a bucket stored it (OnFinished tells it of each new
+// one). A recording that ends incomplete (its stream cut, the gateway
+// shutting down, a cap reached, a write failed) is kept as far as it got,
+// with an "m" marker event saying why when one can still be written
+// (IncompleteReason reads it), and Result says what was kept. A recording left behind
 // by a gateway that was killed is found by the next New on the directory,
 // marked and renamed as such (its lock tells it from another replica's
 // session in a shared directory).
@@ -95,6 +97,9 @@ type Options struct {
 	MaxTotalBytes   int64
 	FailClosed      bool
 	Registerer      prometheus.Registerer
+	// OnFinished, when set, is called each time a recording was renamed
+	// into place; it must not block.
+	OnFinished func()
 }
 
 // dirRemeasureInterval is how often, at most, the directory is read again
@@ -168,7 +173,10 @@ func New(opts Options) (*Recorder, error) {
 		r.failures.WithLabelValues(reason)
 	}
 	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(r.failures, r.sessions, r.partial, r.recovered)
+		capBytes := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "karmada_gateway", Name: "recording_directory_max_bytes",
+			Help: "Bytes the recording directory may hold (--record-sessions-max-total-size); new sessions are not recorded beyond it."})
+		capBytes.Set(float64(opts.MaxTotalBytes))
+		opts.Registerer.MustRegister(r.failures, r.sessions, r.partial, r.recovered, capBytes)
 	}
 	if err := r.recoverLeftovers(); err != nil {
 		return nil, err
@@ -549,7 +557,7 @@ func (s *Session) timedFlush() {
 // truncate stops recording the session's events and marks the file.
 func (s *Session) truncate(why string) {
 	s.truncated = true
-	s.incomplete = "recording truncated: " + why
+	s.incomplete = markerTruncated + why
 	s.r.failures.WithLabelValues(reasonCap).Inc()
 	s.marker(s.incomplete)
 }
@@ -628,7 +636,7 @@ func (s *Session) finish(sum streamfollow.Summary) {
 	s.closed = true
 	if why := endIncomplete(sum.End); why != "" && s.incomplete == "" {
 		s.incomplete = why
-		s.marker("recording incomplete: " + why)
+		s.marker(markerIncomplete + why)
 	}
 	s.flush()
 	tmp := s.f.Name()
@@ -644,6 +652,8 @@ func (s *Session) finish(sum streamfollow.Summary) {
 		// Kept under its temporary name; the next start renames it.
 		s.logger.Error(err, "Keeping the recording under its temporary name")
 		s.result.Incomplete = strings.TrimPrefix(s.result.Incomplete+"; ", "; ") + "kept as " + tempName(s.name) + " until the gateway's next start"
+	} else if s.r.opts.OnFinished != nil {
+		s.r.opts.OnFinished()
 	}
 	s.r.sessions.Inc()
 	if s.result.Incomplete != "" {
@@ -736,7 +746,7 @@ func (r *Recorder) recoverOne(tmp, name string) error {
 		}
 	}
 	marker, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(last, 'f', 6, 64)), "m",
-		"recording incomplete: the gateway stopped before the session ended; kept when it started again"})
+		markerIncomplete + "the gateway stopped before the session ended; kept when it started again"})
 	tail = append(append(tail, marker...), '\n')
 	if err := f.Truncate(int64(whole)); err != nil {
 		return err
@@ -822,4 +832,39 @@ func queryBool(q url.Values, key string) bool {
 	var on bool
 	v, ok := q[key]
 	return ok && runtime.Convert_Slice_string_To_bool(&v, &on, nil) == nil && on
+}
+
+// Finished reports whether name, in the recording directory, is a
+// recording renamed into place: not one still being written, nor a file
+// that is no recording.
+func Finished(name string) bool {
+	return strings.HasSuffix(name, ".cast") && !strings.HasPrefix(name, ".")
+}
+
+// Marker texts that say a recording is not the whole session.
+const (
+	markerIncomplete = "recording incomplete: "
+	markerTruncated  = "recording truncated: "
+)
+
+// IncompleteReason says why the finished recording r (of size bytes) is
+// not its whole session, as its last event, a marker, says; "" for a whole
+// recording. A recording whose writes failed may end without a marker.
+func IncompleteReason(r io.ReaderAt, size int64) string {
+	// A marker's line fits in what a session reserves for it.
+	tail := make([]byte, min(size, markerReserve+64))
+	if _, err := r.ReadAt(tail, size-int64(len(tail))); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	tail = bytes.TrimSuffix(tail, []byte("\n"))
+	tail = tail[bytes.LastIndexByte(tail, '\n')+1:]
+	var ev []json.RawMessage
+	var code, text string
+	if json.Unmarshal(tail, &ev) != nil || len(ev) != 3 || json.Unmarshal(ev[1], &code) != nil || code != "m" || json.Unmarshal(ev[2], &text) != nil {
+		return ""
+	}
+	if strings.HasPrefix(text, markerIncomplete) || strings.HasPrefix(text, markerTruncated) {
+		return text
+	}
+	return ""
 }

@@ -126,6 +126,21 @@ func startSession(t *testing.T, r *Recorder) *session {
 	return out
 }
 
+// incompleteReason is IncompleteReason of the file at path.
+func incompleteReason(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return IncompleteReason(f, st.Size())
+}
+
 func events(t *testing.T, path string) [][]any {
 	t.Helper()
 	f, err := os.Open(path)
@@ -205,10 +220,20 @@ func TestIncompleteSessionsAreMarked(t *testing.T) {
 		{streamfollow.EndGatewayShutdown, "the gateway ended the session when it shut down"},
 	}
 	for _, tc := range cases {
-		r := newRecorder(t, Options{Mode: ModeAll})
+		finished := 0
+		r := newRecorder(t, Options{Mode: ModeAll, OnFinished: func() { finished++ }})
 		s := startSession(t, r)
 		s.Data(streamfollow.Stdout, []byte("out"))
+		if finished != 0 {
+			t.Errorf("%s: OnFinished called before the session ended", tc.end)
+		}
 		s.end(tc.end)
+		if finished != 1 {
+			t.Errorf("%s: OnFinished called %d times, want once when the recording was renamed into place", tc.end, finished)
+		}
+		if why := incompleteReason(t, s.path); (why == "") != (tc.want == "") || !strings.Contains(why, tc.want) {
+			t.Errorf("%s: IncompleteReason %q, want it to say %q", tc.end, why, tc.want)
+		}
 		res := s.Result()
 		if res.File != s.Name() || !strings.Contains(res.Incomplete, tc.want) || (tc.want == "") != (res.Incomplete == "") {
 			t.Errorf("%s: result %+v, want %s kept and %q", tc.end, res, s.Name(), tc.want)
@@ -241,6 +266,9 @@ func TestCaps(t *testing.T) {
 	}
 	if res := s.Result(); !strings.Contains(res.Incomplete, "session cap") {
 		t.Errorf("result %+v, want it to say the session cap was reached", res)
+	}
+	if why := incompleteReason(t, s.path); !strings.Contains(why, "truncated: the session cap") {
+		t.Errorf("IncompleteReason %q, want the truncation", why)
 	}
 	// Two more sessions, and the directory has no room for a third's
 	// header and end marker.
@@ -469,6 +497,9 @@ func TestRecoverLeftovers(t *testing.T) {
 		evs := events(t, path)
 		if last := evs[len(evs)-1]; last[1] != "m" || !strings.Contains(last[2].(string), "the gateway stopped before the session ended") {
 			t.Errorf("%s: last event %v, want the recovery marker", name, last)
+		}
+		if why := incompleteReason(t, path); !strings.Contains(why, "the gateway stopped before the session ended") {
+			t.Errorf("%s: IncompleteReason %q, want the recovery", name, why)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, tempName(open.Name()))); err != nil {

@@ -1,0 +1,401 @@
+package upload
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// memStore keeps what is put, in order; fail, when set, decides whether a
+// put fails (before anything is stored).
+type memStore struct {
+	mu      sync.Mutex
+	objects map[string][]byte
+	meta    map[string]map[string]string
+	order   []string
+	fail    func(key string) error
+	stored  chan string
+}
+
+func newMemStore() *memStore {
+	return &memStore{objects: map[string][]byte{}, meta: map[string]map[string]string{}, stored: make(chan string, 100)}
+}
+
+func (m *memStore) Put(ctx context.Context, obj Object) error {
+	m.mu.Lock()
+	fail := m.fail
+	m.mu.Unlock()
+	if fail != nil {
+		if err := fail(obj.Key); err != nil {
+			return err
+		}
+	}
+	body, err := io.ReadAll(obj.Body)
+	if err != nil {
+		return err
+	}
+	if int64(len(body)) != obj.Size {
+		return errors.New("body is not Size bytes")
+	}
+	if sum := md5.Sum(body); !bytes.Equal(sum[:], obj.MD5) {
+		return errors.New("BadDigest")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.objects[obj.Key] = body
+	m.meta[obj.Key] = obj.Metadata
+	m.order = append(m.order, obj.Key)
+	m.stored <- obj.Key
+	return nil
+}
+
+func (m *memStore) setFail(f func(string) error) {
+	m.mu.Lock()
+	m.fail = f
+	m.mu.Unlock()
+}
+
+const header = `{"version":2,"width":80,"height":24,"timestamp":1,"title":"p"}` + "\n"
+
+// spoolFile writes a finished recording finished age ago.
+func spoolFile(t *testing.T, dir, name, content string, age time.Duration) {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-age)
+	if err := os.Chtimes(path, at, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newUploader(t *testing.T, dir string, store Store, reg prometheus.Registerer) *Uploader {
+	t.Helper()
+	u, err := New(Options{Dir: dir, Prefix: "rec/", Store: store, Timeout: time.Second,
+		InitialBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, Rescan: time.Hour, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestDrainStoresOldestFirstAndEmptiesTheSpool: each finished recording is
+// put under the prefix with its bytes and MD5, oldest first, and removed
+// once stored; a session still being written and other files stay.
+func TestDrainStoresOldestFirstAndEmptiesTheSpool(t *testing.T) {
+	dir := t.TempDir()
+	spoolFile(t, dir, "ci_b_2.cast", header+`[0.1,"o","b"]`+"\n", time.Minute)
+	spoolFile(t, dir, "ci_a_1.cast", header+`[0.1,"o","a"]`+"\n", time.Hour)
+	spoolFile(t, dir, "ci_c_3.cast", header, time.Second)
+	spoolFile(t, dir, ".ci_d_4.cast.tmp", header, time.Hour)
+	spoolFile(t, dir, "notes.txt", "x", time.Hour)
+	store := newMemStore()
+	u := newUploader(t, dir, store, nil)
+	if err := u.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"rec/ci_a_1.cast", "rec/ci_b_2.cast", "rec/ci_c_3.cast"}; strings.Join(store.order, " ") != strings.Join(want, " ") {
+		t.Errorf("put %v, want %v", store.order, want)
+	}
+	if got := string(store.objects["rec/ci_b_2.cast"]); got != header+`[0.1,"o","b"]`+"\n" {
+		t.Errorf("stored %q", got)
+	}
+	if left := listDir(t, dir); strings.Join(left, " ") != ".ci_d_4.cast.tmp notes.txt" {
+		t.Errorf("left in the directory: %v, want the open session's file and the stranger", left)
+	}
+	if got := testutil.ToFloat64(u.uploads.WithLabelValues(resultUploaded)); got != 3 {
+		t.Errorf("uploads counted %v, want 3", got)
+	}
+}
+
+// TestFailedPutKeepsTheRecording: a put that fails removes nothing and
+// ends the pass; the next one starts with the same file.
+func TestFailedPutKeepsTheRecording(t *testing.T) {
+	dir := t.TempDir()
+	spoolFile(t, dir, "ci_a_1.cast", header, time.Hour)
+	spoolFile(t, dir, "ci_b_2.cast", header, time.Minute)
+	spoolFile(t, dir, "ci_c_3.cast", header, time.Second)
+	store := newMemStore()
+	store.setFail(func(key string) error {
+		if key == "rec/ci_b_2.cast" {
+			return errors.New("503 SlowDown")
+		}
+		return nil
+	})
+	u := newUploader(t, dir, store, nil)
+	// Drain retries until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := u.Drain(ctx)
+	if err == nil || !strings.Contains(err.Error(), "2 recordings left") || !strings.Contains(err.Error(), "SlowDown") {
+		t.Fatalf("Drain: %v, want the store's error and what is left", err)
+	}
+	if left := listDir(t, dir); strings.Join(left, " ") != "ci_b_2.cast ci_c_3.cast" {
+		t.Errorf("left %v", left)
+	}
+	if got := testutil.ToFloat64(u.uploads.WithLabelValues(resultFailed)); got < 2 {
+		t.Errorf("failures counted %v, want a put and its retries", got)
+	}
+	store.setFail(nil)
+	if err := u.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(store.order, " ") != "rec/ci_a_1.cast rec/ci_b_2.cast rec/ci_c_3.cast" || len(listDir(t, dir)) != 0 {
+		t.Errorf("put %v, left %v", store.order, listDir(t, dir))
+	}
+}
+
+// TestIncompleteRecordingsAreStoredMarked: a recording whose last event is
+// an incompleteness marker carries its reason as metadata; a whole one
+// carries none.
+func TestIncompleteRecordingsAreStoredMarked(t *testing.T) {
+	dir := t.TempDir()
+	cut := `[0.2,"m","recording incomplete: the stream was cut before the command's exit status"]`
+	spoolFile(t, dir, "ci_cut_1.cast", header+`[0.1,"o","a"]`+"\n"+cut+"\n", time.Minute)
+	spoolFile(t, dir, "ci_whole_2.cast", header+`[0.1,"o","recording incomplete: typed by the user"]`+"\n", time.Second)
+	store := newMemStore()
+	if err := newUploader(t, dir, store, nil).Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.meta["rec/ci_cut_1.cast"][MetadataIncomplete]; !strings.Contains(got, "cut before the command's exit status") {
+		t.Errorf("cut recording's metadata %v", store.meta["rec/ci_cut_1.cast"])
+	}
+	if got, ok := store.meta["rec/ci_whole_2.cast"][MetadataIncomplete]; ok {
+		t.Errorf("whole recording marked incomplete: %q", got)
+	}
+}
+
+// TestLockedRecordingIsLeftToItsHolder: another replica sharing the
+// directory holds the file's lock while it uploads it; this one leaves it.
+func TestLockedRecordingIsLeftToItsHolder(t *testing.T) {
+	dir := t.TempDir()
+	spoolFile(t, dir, "ci_a_1.cast", header, time.Minute)
+	f, err := os.Open(filepath.Join(dir, "ci_a_1.cast"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	store := newMemStore()
+	u := newUploader(t, dir, store, nil)
+	if err := u.Drain(context.Background()); err != nil || len(store.order) != 0 {
+		t.Fatalf("Drain: %v, put %v; want the locked file left alone", err, store.order)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Drain(context.Background()); err != nil || len(store.order) != 1 {
+		t.Fatalf("Drain once unlocked: %v, put %v", err, store.order)
+	}
+}
+
+// TestRunRetriesAFailingStore: Run keeps the spool while the store fails
+// and empties it once the store takes puts again; a recording announced
+// with Notify is put without waiting for the rescan.
+func TestRunRetriesAFailingStore(t *testing.T) {
+	dir := t.TempDir()
+	spoolFile(t, dir, "ci_a_1.cast", header, time.Minute)
+	store := newMemStore()
+	failures := make(chan struct{}, 100)
+	store.setFail(func(string) error {
+		failures <- struct{}{}
+		return errors.New("connection refused")
+	})
+	u := newUploader(t, dir, store, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { u.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for range 3 { // the first try and two retries after their backoffs
+		select {
+		case <-failures:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the failing store was not tried again")
+		}
+	}
+	store.setFail(nil)
+	waitStored(t, store, "rec/ci_a_1.cast")
+	// The rescan is an hour away: only Notify brings this one.
+	spoolFile(t, dir, "ci_b_2.cast", header, 0)
+	u.Notify()
+	waitStored(t, store, "rec/ci_b_2.cast")
+	if left := listDir(t, dir); len(left) != 0 {
+		t.Errorf("left %v", left)
+	}
+}
+
+func waitStored(t *testing.T, store *memStore, key string) {
+	t.Helper()
+	select {
+	case got := <-store.stored:
+		if got != key {
+			t.Fatalf("stored %s, want %s", got, key)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s was not stored", key)
+	}
+}
+
+// TestPutHasADeadline: a store that never answers fails the put at
+// Timeout, and the recording stays.
+func TestPutHasADeadline(t *testing.T) {
+	dir := t.TempDir()
+	spoolFile(t, dir, "ci_a_1.cast", header, time.Minute)
+	var puts atomic.Int32
+	hung := StoreFunc(func(ctx context.Context, _ Object) error {
+		puts.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	u := newUploader(t, dir, hung, nil)
+	u.opts.Timeout = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	if err := u.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain: %v, want the put's deadline", err)
+	}
+	// Within the drain's time, the hung put was given up and tried again.
+	if n := puts.Load(); n < 2 {
+		t.Errorf("%d puts in %v with a put deadline of %v; the first one was never given up", n, 400*time.Millisecond, u.opts.Timeout)
+	}
+	if left := listDir(t, dir); len(left) != 1 {
+		t.Errorf("left %v", left)
+	}
+}
+
+// StoreFunc is a Store of one function.
+type StoreFunc func(context.Context, Object) error
+
+func (f StoreFunc) Put(ctx context.Context, obj Object) error { return f(ctx, obj) }
+
+// TestS3PutHasADeadline: an endpoint that accepts connections and never
+// answers (a hung store, or a proxy in front of a dead one) fails the real
+// client's put at the Uploader's deadline.
+func TestS3PutHasADeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	creds := t.TempDir()
+	for _, f := range []string{"id", "key"} {
+		if err := os.WriteFile(filepath.Join(creds, f), []byte("secret-"+f+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store, err := NewS3Store(S3Options{Endpoint: "http://" + ln.Addr().String(), Region: "us-east-1", Bucket: "b", PathStyle: true,
+		AccessKeyIDFile: filepath.Join(creds, "id"), SecretAccessKeyFile: filepath.Join(creds, "key"), DialTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	spoolFile(t, dir, "ci_a_1.cast", header, time.Minute)
+	u := newUploader(t, dir, store, nil)
+	u.opts.Timeout = 200 * time.Millisecond
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = u.Drain(ctx)
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("Drain against a hung endpoint: %v after %v, want a failure at the deadline", err, time.Since(start))
+	}
+	mu.Lock()
+	if len(conns) < 2 {
+		t.Errorf("%d connections in a second with a put deadline of %v; the first put was never given up", len(conns), u.opts.Timeout)
+	}
+	mu.Unlock()
+	if strings.Contains(err.Error(), "secret-") {
+		t.Errorf("the error carries a credential: %v", err)
+	}
+	if left := listDir(t, dir); len(left) != 1 {
+		t.Errorf("left %v", left)
+	}
+}
+
+// TestSpoolMetrics: the spool's files, bytes and the oldest's age are read
+// at each scrape; finished recordings only.
+func TestSpoolMetrics(t *testing.T) {
+	dir := t.TempDir()
+	reg := prometheus.NewPedanticRegistry()
+	u := newUploader(t, dir, newMemStore(), reg)
+	now := time.Now()
+	u.now = func() time.Time { return now }
+	check := func(files, bytes int, minAge, maxAge float64) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			if len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+				got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		if got["karmada_gateway_recording_spool_files"] != float64(files) || got["karmada_gateway_recording_spool_bytes"] != float64(bytes) {
+			t.Errorf("spool %v, want %d files of %d bytes", got, files, bytes)
+		}
+		if age := got["karmada_gateway_recording_spool_oldest_age_seconds"]; age < minAge || age > maxAge {
+			t.Errorf("oldest age %v, want in [%v, %v]", age, minAge, maxAge)
+		}
+	}
+	check(0, 0, 0, 0)
+	spoolFile(t, dir, "ci_a_1.cast", "12345", time.Hour)
+	spoolFile(t, dir, "ci_b_2.cast", "123", time.Minute)
+	spoolFile(t, dir, ".ci_c_3.cast.tmp", "1234567", 2*time.Hour)
+	check(2, 8, 3590, 3610)
+	if err := u.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check(0, 0, 0, 0)
+}
