@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upload"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -650,11 +653,33 @@ func metricNames(t *testing.T) map[string]bool {
 	for _, m := range []any{metrics.New(reg), audit.NewMetrics(reg)} {
 		collectorNames(m, fqName, names)
 	}
-	if !names["karmada_gateway_requests_total"] || !names["karmada_gateway_audit_events_dropped_total"] {
-		t.Fatalf("could not read metric names from pkg/metrics and pkg/audit: %v", names)
+	// The recorder's and the uploader's collectors are registered by
+	// their constructors, on a directory.
+	dir := t.TempDir()
+	recReg := prometheus.NewRegistry()
+	if _, err := recording.New(recording.Options{Dir: dir, Mode: recording.ModeAll, MaxSessionBytes: 1, MaxTotalBytes: 1, Registerer: recReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := upload.New(upload.Options{Dir: dir, Store: nopStore{}, Timeout: 1, InitialBackoff: 1, MaxBackoff: 1, Rescan: 1, Registerer: recReg}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := recReg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	if !names["karmada_gateway_requests_total"] || !names["karmada_gateway_audit_events_dropped_total"] || !names["karmada_gateway_recording_spool_files"] {
+		t.Fatalf("could not read metric names from pkg/metrics, pkg/audit, pkg/recording and pkg/upload: %v", names)
 	}
 	return names
 }
+
+// nopStore stores nothing: metricNames only registers an uploader.
+type nopStore struct{}
+
+func (nopStore) Put(context.Context, upload.Object) error { return nil }
 
 // collectorNames adds the series names of the collectors in m's fields.
 func collectorNames(m any, fqName *regexp.Regexp, names map[string]bool) {
@@ -734,7 +759,7 @@ func TestMonitoring(t *testing.T) {
 	wantAlerts := []string{"KarmadaGatewayDown", "KarmadaGatewayRewrittenRoute5xx", "KarmadaGatewayLabelerNotLeading",
 		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable",
 		"KarmadaGatewayMemberUnreachableDirectly", "KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring",
-		"KarmadaGatewayAuditEventsLost", "KarmadaGatewayAuditSinkFailing"}
+		"KarmadaGatewayAuditEventsLost", "KarmadaGatewayAuditSinkFailing", "KarmadaGatewayRecordingsNotUploaded", "KarmadaGatewayRecordingSpoolFilling"}
 	if !slices.Equal(alerts, wantAlerts) {
 		t.Errorf("alerts = %q, want %q", alerts, wantAlerts)
 	}

@@ -135,7 +135,9 @@ be granted to every ServiceAccount in karmada-apiserver.
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
 {{- /* After the grace period: up to 3 s for the streams the gateway ended to
 write their records, 2 s for audit events waiting for their caller, 10 s
-(--audit-drain-timeout) for the audit sinks to drain, and a margin. */ -}}
+(--audit-drain-timeout) for the audit sinks to drain and, at the same time,
+10 s (--record-sessions-s3-drain-timeout) for recordings to be uploaded,
+and a margin. */ -}}
 {{- add (int .Values.shutdownGracePeriodSeconds) 20 -}}
 {{- else -}}
 {{- int .Values.terminationGracePeriodSeconds -}}
