@@ -47,7 +47,8 @@ image: ca-certificates
 		-out $(CURDIR)/_output/image/karmada-exec-gateway.tar $(if $(PUSH),-push)
 
 ## tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-## kubectl, etcd and helm from the tools module (hack/tools), Karmada from its
+## kubectl, etcd and helm from the tools module (hack/tools), SeaweedFS's weed (the
+## S3 store recordings are uploaded to) from hack/seaweedfs, Karmada from its
 ## source at one pinned commit, shellcheck and Prometheus from Debian, and the
 ## nodes' runtime from Debian (containerd, runc, CNI plugins, busybox-static,
 ## gcc for Kubernetes' pause.c and the race detector, iproute2). The pods' images
@@ -55,7 +56,7 @@ image: ca-certificates
 ## _output/images). node-client: e2e/nodeclient's packages from the npm
 ## registry (@kubernetes/client-node, for TestNodeClient), with Node.js and
 ## npm from Debian where the machine has none.
-tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm karmada node-runtime shellcheck prometheus asciinema node-client
+tools: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubelet $(BIN)/kubectl $(BIN)/etcd $(BIN)/helm $(BIN)/weed karmada node-runtime shellcheck prometheus asciinema node-client
 
 # The tools module's binaries are built in one build list that requires the
 # product's versions of the libraries they share (make vet checks it), in the
@@ -96,6 +97,11 @@ karmada:
 # were most of an idle environment's CPU.
 $(BIN)/etcd: $(TOOLS_DEPS)
 	GO=$(GO) hack/go-build-cached.sh hack/tools go.etcd.io/etcd/server/v3 $@
+
+# SeaweedFS, the S3-compatible store the e2e tests upload recordings to, from
+# a module of its own (hack/seaweedfs/go.mod says why).
+$(BIN)/weed: hack/seaweedfs/go.mod hack/seaweedfs/go.sum hack/go-build-cached.sh
+	LDFLAGS="-s -w" GO=$(GO) hack/go-build-cached.sh hack/seaweedfs github.com/seaweedfs/seaweedfs/weed $@
 
 node-runtime:
 	@hack/install-node-runtime.sh

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -109,7 +110,10 @@ func TestMonitoringOnRealPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := testEnv.RestartGateway(ctx, "--auth-mode=passthrough", "--member-access=direct"); err != nil {
+	// Direct member access, recording every session into a spool whose
+	// store refuses connections: the recording panels' series move, the
+	// uploads failing and the recordings waiting.
+	if err := testEnv.RestartGateway(ctx, append([]string{"--auth-mode=passthrough", "--member-access=direct"}, unreachableBucket(t)...)...); err != nil {
 		t.Fatal(err)
 	}
 	driveDirectAccess(t, prom, chart, pod, member)
@@ -486,6 +490,28 @@ func hasNumber(m model.Matrix) bool {
 }
 
 var seriesName = regexp.MustCompile(`\bkarmada_gateway_[a-z_]+`)
+
+// unreachableBucket are the flags of a gateway that records every session
+// and uploads to a store nothing listens for: a port this test held and
+// closed.
+func unreachableBucket(t *testing.T) []string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	spool, creds := filepath.Join(dir, "spool"), filepath.Join(dir, "credentials")
+	if err := os.Mkdir(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, creds, []byte("unused\n"))
+	return []string{"--record-sessions=all", "--record-sessions-dir=" + spool, "--record-sessions-s3-bucket=recordings",
+		"--record-sessions-s3-endpoint=" + endpoint, "--record-sessions-s3-path-style",
+		"--record-sessions-s3-access-key-id-file=" + creds, "--record-sessions-s3-secret-access-key-file=" + creds}
+}
 
 // directOnly matches the series only a gateway with --member-access=direct
 // exports.

@@ -131,16 +131,7 @@ func TestRecordsThroughRestarts(t *testing.T) {
 			exited <- took
 		}()
 		// Once the gateway is draining, half the sessions end.
-		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			res, err := http.Get(gw.MetricsURL() + "/readyz")
-			if err != nil {
-				return false, nil
-			}
-			res.Body.Close()
-			return res.StatusCode == http.StatusServiceUnavailable, nil
-		}); err != nil {
-			t.Fatalf("the gateway never started draining: %v", err)
-		}
+		waitDraining(ctx, t, gw)
 		for _, s := range sessions[:5] {
 			if _, err := io.WriteString(s.stdin, "bye\r"); err != nil {
 				t.Fatal(err)
