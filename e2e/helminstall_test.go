@@ -524,6 +524,7 @@ func TestReadmeHelmInstallOnHostCluster(t *testing.T) {
 			t.Errorf("%s, without clusters/proxy, exec'd through a passthrough gateway", env.UserExecKarmadaOnly)
 		}
 		t.Run("leader killed", func(t *testing.T) { assertLeaderFailover(t, e, host, r.namespace, r.release) })
+		records.store = readmeRecordingsBucket(t, e, sh, r)
 		t.Run("upgrade", func(t *testing.T) { assertRollingUpgrade(t, e, sh, host, r, "helm-passthrough", records) })
 
 		// Passthrough traffic for the dashboard: an exec, and member events
@@ -724,6 +725,80 @@ type hostRecords struct {
 	// values are the helm flags that turn them on, every session recorded,
 	// with a grace period short enough to wait out.
 	values string
+	// store, once set, is the store whose bucket the recordings are
+	// uploaded to: the recordings directory is then the replicas' spool.
+	store *env.SeaweedFS
+}
+
+// recordingsBucket is the bucket the README's S3 block uploads to here.
+const recordingsBucket = "recordings"
+
+// readmeRecordingsBucket runs README's "Recordings in an S3 bucket" block
+// as written, for a real SeaweedFS on the host's pod network address that
+// serves virtual-hosted requests (<bucket>.s3.test), the chart's default
+// addressing: the Secret, then the helm upgrade, to which the test adds
+// every session recorded (the README records tty sessions; these execs
+// have none) and a hostAlias for recordings.s3.test alone, which no DNS
+// here serves: a path-style request, to s3.test, would not resolve. It
+// waits for the rollout.
+func readmeRecordingsBucket(t *testing.T, e *env.Env, sh *readmeShell, r readmeInstall) *env.SeaweedFS {
+	t.Helper()
+	const domain = "s3.test"
+	sw, _, _ := startStore(t, e, env.SeaweedFSOptions{Addr: e.HostBridgeAddress(), Domain: domain, WriterBucket: recordingsBucket})
+	lines := readmeCommands(t, "Audit and recordings", "gateway-recordings-s3")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "kubectl -n "+r.namespace+" create secret generic ") || !strings.HasPrefix(lines[1], "helm upgrade "+r.release+" ") {
+		t.Fatalf("README's S3 block is not the Secret and the helm upgrade this test reads: %q", lines)
+	}
+	subst := strings.NewReplacer("<access key ID>", sw.Writer.AccessKeyID, "<secret access key>", sw.Writer.SecretAccessKey,
+		"<bucket>", recordingsBucket, "<https://store:port>", sw.DomainEndpoint())
+	sh.mustRun(t, subst.Replace(lines[0]))
+	aliases := fmt.Sprintf(`[{"ip":%q,"hostnames":[%q]}]`, sw.Addr(), recordingsBucket+"."+domain)
+	sh.mustRun(t, subst.Replace(lines[1])+" --set recording.mode=all --set-json '"+"hostAliases="+aliases+"'")
+	sh.mustRun(t, fmt.Sprintf("kubectl -n %s rollout status deployment/%s --timeout=3m", r.namespace, r.release))
+	return sw
+}
+
+// playableRecordings is a directory holding the recordings named in the
+// events of the execs whose command holds command: where the gateway
+// wrote them, or, with a store, as the store holds them once each is
+// there (and gone from the spool).
+func (r hostRecords) playableRecordings(t *testing.T, events []auditv1.Event, command string) string {
+	t.Helper()
+	if r.store == nil {
+		return r.recordings
+	}
+	names := map[string]bool{}
+	for _, evs := range execEvents(events, command) {
+		for _, ev := range evs {
+			if name := ev.Annotations["gateway.karmada.io/recording"]; name != "" {
+				names[name] = true
+			}
+		}
+	}
+	var objs map[string]env.StoredObject
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if objs, err = r.store.Objects(ctx, recordingsBucket); err != nil {
+			return false, nil
+		}
+		for name := range names {
+			if _, ok := objs[name]; !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the bucket holds %d objects, not every one of the recordings %v: %v", len(objs), slices.Collect(maps.Keys(names)), err)
+	}
+	dir := t.TempDir()
+	for name := range names {
+		writeFile(t, filepath.Join(dir, name), objs[name].Body)
+		if _, err := os.Stat(filepath.Join(r.recordings, name)); err == nil {
+			t.Errorf("%s is in the bucket and still in the spool", name)
+		}
+	}
+	return dir
 }
 
 // recordingGrace is the installed gateway's --shutdown-grace-period
@@ -758,8 +833,9 @@ func recordsOnHost(t *testing.T) hostRecords {
 // sessions, released once every old pod got its SIGTERM, end with their
 // own exit status: the old pod drained them instead of cutting them. Two
 // never end: the old pod ends them when its grace period is over, with a
-// Failure saying so. Every session has both audit stages and a recording
-// that plays, in the old pod's own audit log (audit-<pod>.log).
+// Failure saying so. Every session has both audit stages, in the old
+// pod's own audit log (audit-<pod>.log), and a recording that plays: in
+// the bucket, once records.store is set, and no longer in the spool.
 func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubernetes.Interface, r readmeInstall, pod string, records hostRecords) {
 	ctx := t.Context()
 	before, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
@@ -842,8 +918,9 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 	for name := range old {
 		events = append(events, readAuditLog(t, filepath.Join(records.audit, "audit-"+name+".log"))...)
 	}
-	sessionRecords{command: "/tmp/release-upgrade-", output: "session open", exit: "7", n: sessions,
-		ends: map[string]int{"completed": drained, "gateway_shutdown": sessions - drained}}.check(t, player, events, records.recordings)
+	const command = "/tmp/release-upgrade-"
+	sessionRecords{command: command, output: "session open", exit: "7", n: sessions,
+		ends: map[string]int{"completed": drained, "gateway_shutdown": sessions - drained}}.check(t, player, events, records.playableRecordings(t, events, command))
 }
 
 // sessionsCarrier is the gateway pod of old whose audit log has the

@@ -26,14 +26,10 @@ import (
 // startStore starts SeaweedFS on addr with an empty bucket the Writer
 // credentials may put into, and writes those credentials to files as the
 // chart mounts them.
-func startStore(t *testing.T, o env.SeaweedFSOptions) (sw *env.SeaweedFS, idFile, keyFile string) {
+func startStore(t *testing.T, e *env.Env, o env.SeaweedFSOptions) (sw *env.SeaweedFS, idFile, keyFile string) {
 	t.Helper()
-	root, err := env.FindRepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Bin, o.Dir = filepath.Join(root, "bin", "weed"), t.TempDir()
-	sw, err = env.StartSeaweedFS(t.Context(), o)
+	o.Bin, o.Dir = filepath.Join(e.BinDir(), "weed"), t.TempDir()
+	sw, err := env.StartSeaweedFS(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +108,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 		t.Fatal("asciinema is not installed: run make tools")
 	}
 	const bucket, prefix = "recordings", "fleet/"
-	sw, idFile, keyFile := startStore(t, env.SeaweedFSOptions{Addr: netip.MustParseAddr("127.0.0.1"), WriterBucket: bucket})
+	sw, idFile, keyFile := startStore(t, testEnv, env.SeaweedFSOptions{Addr: netip.MustParseAddr("127.0.0.1"), WriterBucket: bucket})
 	const pod = "bucket-records"
 	placePod(t, sleepPod(pod), []string{"member1"}, "member1")
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
