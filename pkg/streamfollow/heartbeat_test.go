@@ -226,11 +226,24 @@ func TestGatewayHeartbeatsKeepUpstream(t *testing.T) {
 		})
 		t.Run(tc.name+", silent", func(t *testing.T) {
 			var sum Summary
+			// A deadline long enough for the error stream's SYN_STREAM to
+			// reach upstream first on a loaded machine; the gateway's own
+			// heartbeats may come before it.
+			const deadline = time.Second
 			s, member := heartbeatStream(t, tc.proto, Options{HeartbeatPeriod: period, HeartbeatDeadline: deadline, OnEnd: func(x Summary) { sum = x }})
 			if tc.proto.kind == spdyChannels {
 				// The error stream must be known for a Failure on it.
-				go func() { _, _ = s.Write(spdyBytes(t, synStream(1, "error"))) }()
-				readN(t, member, len(spdyBytes(t, synStream(1, "error"))))
+				syn := spdyBytes(t, synStream(1, "error"))
+				go func() { _, _ = s.Write(syn) }()
+				var upstream []byte
+				for !bytes.Contains(upstream, syn) {
+					b := make([]byte, 256)
+					n, err := member.Read(b)
+					if err != nil {
+						t.Fatalf("upstream read %x, then %v; want the client's SYN_STREAM", upstream, err)
+					}
+					upstream = append(upstream, b[:n]...)
+				}
 			}
 			go func() { _, _ = io.Copy(io.Discard, member) }()
 			got, err := io.ReadAll(s)
