@@ -33,6 +33,9 @@ type execServer struct {
 	rejectWebSocket bool
 	// cutAfter > 0 closes the raw connection after echoing that many bytes.
 	cutAfter int
+	// endedByGateway: the gateway ends the sessions (a shutdown), so an
+	// echo may fail on its closed connection; it then just returns.
+	endedByGateway bool
 
 	resizes  chan remotecommand.TerminalSize
 	stdinEOF chan string // the protocol, when stdin reached EOF
@@ -177,6 +180,9 @@ func (s *execServer) run(protocol string, w *hijackRecorder, stdin io.Reader, st
 		return
 	}
 	if _, err := io.Copy(stdout, stdin); err != nil {
+		if s.endedByGateway {
+			return
+		}
 		s.t.Errorf("echo: %v", err)
 	}
 	s.stdinEOF <- protocol

@@ -221,3 +221,56 @@ func TestShutdownWritesEverySessionsRecords(t *testing.T) {
 		t.Errorf("recordings left under their temporary names: %v", tmp)
 	}
 }
+
+// TestSessionsTypingAtTheGraceEndGetTheFailure: clients still sending when
+// the grace period ends get the gateway's Failure all the same. Shutdown
+// cancels the requests right after it ends the streams, which closes each
+// stream; a client frame arriving then failed its copy at once, and
+// ReverseProxy closed the client's connection before the Failure was
+// written to it (a WebSocket client saw an abnormal closure, in CI behind
+// a port-forward).
+func TestSessionsTypingAtTheGraceEndGetTheFailure(t *testing.T) {
+	env := newExecEnvWith(t, func(s *execServer) { s.endedByGateway = true }, Options{StreamEndWait: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type session struct {
+		kind string
+		done chan error
+	}
+	var sessions []*session
+	typing := make(chan struct{})
+	for i := range 16 {
+		s := &session{kind: []string{"spdy", "websocket"}[i%2], done: make(chan error, 1)}
+		r, w := io.Pipe()
+		go func() {
+			s.done <- env.executor(t, s.kind, "/api/v1/namespaces/ci/pods/job-42/exec?command=sh&stdin=true&stdout=true&tty=true").
+				StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: r, Stdout: io.Discard, Tty: true})
+			_ = r.Close()
+		}()
+		if _, err := io.WriteString(w, "started\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		// Once every session is open, the users type on, as fast as the
+		// stream takes it, up to the end.
+		go func() {
+			<-typing
+			for {
+				if _, err := io.WriteString(w, "x"); err != nil {
+					return
+				}
+			}
+		}()
+		sessions = append(sessions, s)
+	}
+	close(typing)
+	grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer stop()
+	if err := env.proxy.Shutdown(grace); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want the grace period exceeded", err)
+	}
+	for _, s := range sessions {
+		if err := <-s.done; err == nil || !strings.Contains(err.Error(), "the gateway ended the stream: it is shutting down") {
+			t.Errorf("%s session typing past the grace period ended with %v, want the gateway's Failure", s.kind, err)
+		}
+	}
+}

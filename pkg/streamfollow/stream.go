@@ -347,7 +347,11 @@ func (s *Stream) Write(p []byte) (int, error) {
 		n, err = s.ReadWriteCloser.Write(p)
 	}
 	s.fromClient.Add(int64(n))
-	if err != nil && !s.clientLeft.Load() {
+	// A stream the gateway ended waits for its Failure to be handed out
+	// even once closed: Shutdown cancels the requests right after it ends
+	// their streams, and a copy failing here then would have ReverseProxy
+	// close the client's connection before the Failure reached it.
+	if err != nil && (!s.clientLeft.Load() || s.terminated.Load() != nil) {
 		t := time.NewTimer(writeFailureWait)
 		select {
 		case <-s.readDone:

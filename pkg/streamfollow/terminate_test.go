@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -393,5 +394,50 @@ func TestTerminatedStreamNeverEndsClean(t *testing.T) {
 				t.Fatalf("the read ended with %v, want %v", err, errTerminated)
 			}
 		})
+	}
+}
+
+// closedOnWrite is an upstream the gateway closed: a write fails, and
+// says so on writing; a read ends once it is closed.
+type closedOnWrite struct {
+	eofOnClose
+	writing chan struct{}
+}
+
+func (u *closedOnWrite) Write([]byte) (int, error) {
+	select {
+	case u.writing <- struct{}{}:
+	default:
+	}
+	return 0, io.ErrClosedPipe
+}
+
+// TestClientWriteAfterTerminateWaitsForTheFailure: Shutdown ends the
+// streams and at once cancels their requests, which closes each stream.
+// A client's bytes arriving then fail to reach upstream; that write must
+// not return before the read side handed the client the gateway's
+// Failure, or ReverseProxy closes the client's connection first.
+func TestClientWriteAfterTerminateWaitsForTheFailure(t *testing.T) {
+	up := &closedOnWrite{eofOnClose: eofOnClose{closed: make(chan struct{})}, writing: make(chan struct{}, 1)}
+	s := NewStream(up, Options{Protocol: webSocketV5})
+	s.Terminate(EndGatewayShutdown, shutdownStatus())
+	_ = s.Close() // the request's cancellation
+	var readEnded atomic.Bool
+	wrote := make(chan bool, 1)
+	go func() {
+		_, err := s.Write(clientFrame(wsBinary, []byte("\x00typed")))
+		if err == nil {
+			t.Error("a write to a closed upstream succeeded")
+		}
+		wrote <- readEnded.Load()
+	}()
+	<-up.writing
+	got, err := io.ReadAll(s)
+	readEnded.Store(true)
+	if !errors.Is(err, errTerminated) || !bytes.Contains(got, []byte("shutting down")) {
+		t.Fatalf("the client read %q, %v; want the gateway's Failure", got, err)
+	}
+	if !<-wrote {
+		t.Error("the client's write failed before the read side handed out the Failure")
 	}
 }
