@@ -95,8 +95,10 @@ func endSessions(t *testing.T, sessions []*recordedSession) {
 //     recordings that end during and after its grace period before it
 //     exits (its uploader's loop has stopped: only the shutdown drain
 //     can), the cut ones stored marked incomplete;
-//   - a replica stopped while the store is down leaves its recordings in
-//     the spool, and the next gateway on that directory uploads them.
+//   - a replica stopped while the store hangs (frozen: connections are
+//     accepted, never answered) exits at its drain's deadline, leaving its
+//     recordings in the spool, and the next gateway on that directory
+//     uploads them once the store answers again.
 //
 // In the end every session in the audit logs has exactly one object,
 // which asciinema plays; the gateway's credentials cannot read it back.
@@ -159,7 +161,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 
 	// The store down: recordings wait in the spool, and say so.
 	sw.Kill()
-	t.Logf("store stopped (%s)", since())
+	t.Logf("store killed (%s)", since())
 	endSessions(t, append(openRecordedSessions(ctx, t, a, pod, "bucket-down-a", 2), openRecordedSessions(ctx, t, b, pod, "bucket-down-b", 2)...))
 	sessions += 4
 	for _, gw := range []*env.ExtraGateway{a, b} {
@@ -215,24 +217,36 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 	}
 	waitObjects(t, sw, bucket, sessions)
 
-	// A replica stopped while the store is down: what its drain could not
-	// upload stays in the spool, for the next gateway on the directory.
-	sw.Kill()
-	open = openRecordedSessions(ctx, t, a, pod, "bucket-stranded", 2)
-	sessions += 2
-	go func() { ok, _ := a.Terminate(grace + 30*time.Second); exited <- ok }()
-	waitDraining(ctx, t, a)
-	endSessions(t, open)
-	if !<-exited {
-		t.Fatal("the replica did not exit by itself after SIGTERM with the store down")
-	}
-	t.Logf("replica a exited with the store down (%s)", since())
-	if left := spoolFiles(t, spoolA); len(left) != 2 {
-		t.Fatalf("after a shutdown with the store down the spool holds %v, want the 2 recordings", left)
-	}
-	if err := sw.Start(ctx); err != nil {
+	// A replica stopped while the store hangs (it accepts connections and
+	// never answers): its drain gives up at its deadline, and what it could
+	// not upload stays in the spool, for the next gateway on the directory.
+	thaw, err := sw.Freeze()
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer thaw()
+	open = openRecordedSessions(ctx, t, a, pod, "bucket-stranded", 2)
+	sessions += 2
+	took := make(chan time.Duration, 1)
+	go func() {
+		ok, d := a.Terminate(grace + 30*time.Second)
+		if !ok {
+			d = -1
+		}
+		took <- d
+	}()
+	waitDraining(ctx, t, a)
+	endSessions(t, open)
+	// The sessions ended inside the grace period; the drain's deadline is
+	// 5 s, each put's connection deadlines 2 s.
+	if d := <-took; d < 0 || d > grace+15*time.Second {
+		t.Fatalf("with the store hung, the replica took %v to exit after SIGTERM (-1: killed); want its drain's deadline to bound it", d)
+	}
+	t.Logf("replica a exited with the store hung (%s)", since())
+	if left := spoolFiles(t, spoolA); len(left) != 2 {
+		t.Fatalf("after a shutdown with the store hung the spool holds %v, want the 2 recordings", left)
+	}
+	thaw()
 	start("gateway-bucket-a2", spoolA)
 	objs := waitObjects(t, sw, bucket, sessions)
 	t.Logf("%d recordings in the bucket after a restart on the spool (%s)", sessions, since())

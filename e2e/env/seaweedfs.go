@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -149,6 +150,15 @@ func (sw *SeaweedFS) Stop() { sw.proc.stop(10 * time.Second) }
 
 // Kill kills weed (SIGKILL), as a crash: the store is down until Start.
 func (sw *SeaweedFS) Kill() { sw.proc.kill() }
+
+// Freeze stops weed with SIGSTOP: a hung store, which accepts connections
+// and never answers, until thaw.
+func (sw *SeaweedFS) Freeze() (thaw func(), err error) {
+	if err := sw.proc.signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("freeze seaweedfs: %w", err)
+	}
+	return func() { _ = sw.proc.signal(syscall.SIGCONT) }, nil
+}
 
 // Endpoint is the S3 API's URL by address.
 func (sw *SeaweedFS) Endpoint() string {
