@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upload"
 )
 
 // startStore starts SeaweedFS on addr with an empty bucket the Writer
@@ -304,5 +306,50 @@ func waitDraining(ctx context.Context, t *testing.T, gw *env.ExtraGateway) {
 		return res.StatusCode == http.StatusServiceUnavailable, nil
 	}); err != nil {
 		t.Fatalf("the gateway never started draining: %v", err)
+	}
+}
+
+// TestS3StoreAnswersOfARealStore: the gateway's S3 client against
+// SeaweedFS (virtual-hosted addressing is the Helm test's, which can name
+// the store): a put is stored with its metadata; a body that does not
+// match its MD5 is refused by the store as that object's fault (the spool
+// goes on past it); credentials the store does not know fail every put
+// alike (the spool waits).
+func TestS3StoreAnswersOfARealStore(t *testing.T) {
+	t.Parallel()
+	const bucket = "store-answers"
+	sw, idFile, keyFile := startStore(t, testEnv, env.SeaweedFSOptions{Addr: netip.MustParseAddr("127.0.0.1"), WriterBucket: bucket})
+	ctx := t.Context()
+	newStore := func(id, key string) *upload.S3Store {
+		t.Helper()
+		s, err := upload.NewS3Store(upload.S3Options{Endpoint: sw.Endpoint(), Region: "us-east-1", Bucket: bucket, PathStyle: true,
+			AccessKeyIDFile: id, SecretAccessKeyFile: key, DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	object := func(key, body string, sum string) upload.Object {
+		d := md5.Sum([]byte(sum))
+		return upload.Object{Key: key, Body: strings.NewReader(body), Size: int64(len(body)), MD5: d[:], Metadata: map[string]string{"incomplete": "cut"}}
+	}
+	if err := newStore(idFile, keyFile).Put(ctx, object("stored.cast", "hello", "hello")); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := sw.Objects(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := objs["stored.cast"]; !ok || string(o.Body) != "hello" || o.Metadata["incomplete"] != "cut" {
+		t.Errorf("stored as %+v (present %v)", o, ok)
+	}
+	var re *upload.RejectedError
+	if err := newStore(idFile, keyFile).Put(ctx, object("bad-digest.cast", "hello", "other")); !errors.As(err, &re) {
+		t.Errorf("a body that does not match its MD5: %v, want the store's refusal of that object", err)
+	}
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	writeFile(t, wrong, []byte("not-a-key"))
+	if err := newStore(wrong, wrong).Put(ctx, object("unknown-key.cast", "hello", "hello")); err == nil || errors.As(err, &re) {
+		t.Errorf("credentials the store does not know: %v, want a failure of every put, not of the object", err)
 	}
 }

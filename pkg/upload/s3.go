@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // S3Options configures an S3Store.
@@ -137,9 +138,26 @@ func (s *S3Store) Put(ctx context.Context, obj Object) error {
 		Metadata:    asciiMetadata(obj.Metadata),
 	})
 	if err != nil {
-		return fmt.Errorf("s3 bucket %s: %w", s.bucket, err)
+		err = fmt.Errorf("s3 bucket %s: %w", s.bucket, err)
+		var re *smithyhttp.ResponseError
+		if errors.As(err, &re) && rejectsTheObject(re.HTTPStatusCode()) {
+			return &RejectedError{Err: err}
+		}
+		return err
 	}
 	return nil
+}
+
+// rejectsTheObject reports whether a put answered status was refused for
+// what it carried: 400 (a malformed request, a digest that did not match,
+// an object too large), 411 and 413. Every other status, 403 and 5xx
+// among them, fails any put alike.
+func rejectsTheObject(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusLengthRequired, http.StatusRequestEntityTooLarge:
+		return true
+	}
+	return false
 }
 
 // asciiMetadata is m with what an HTTP header cannot carry replaced: user

@@ -46,10 +46,20 @@ import (
 )
 
 // Store keeps objects. Putting the same key and bytes again must be
-// harmless: a put whose answer was lost is put again.
+// harmless: a put whose answer was lost is put again. An error wrapping
+// *RejectedError says the store refused that object, not every put.
 type Store interface {
 	Put(ctx context.Context, obj Object) error
 }
+
+// RejectedError is a store's refusal of one object (too large, a request
+// it finds malformed), which another object may not meet: the Uploader
+// keeps the file, logged and counted, and goes on with the next one
+// instead of holding the spool behind it.
+type RejectedError struct{ Err error }
+
+func (e *RejectedError) Error() string { return "the store refused the object: " + e.Err.Error() }
+func (e *RejectedError) Unwrap() error { return e.Err }
 
 // Object is one recording to store.
 type Object struct {
@@ -183,6 +193,13 @@ func (u *Uploader) Drain(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		// Only refusals of some recordings, which seconds will not change:
+		// the drain's time is better left to the shutdown.
+		var re *RejectedError
+		if errors.As(err, &re) {
+			left, _ := u.spool()
+			return fmt.Errorf("%d recordings left in the spool: %w", len(left), err)
+		}
 		t := time.NewTimer(backoff.Step())
 		select {
 		case <-ctx.Done():
@@ -223,7 +240,10 @@ func (u *Uploader) spool() ([]spooled, error) {
 }
 
 // pass uploads the spool once, oldest first, and stops at the first put
-// that fails: the next pass starts with the same file.
+// that fails (the store is down, or refuses the gateway's credentials): the
+// next pass starts with the same file. A file the store rejected alone is
+// passed over; it is tried again at the next pass, and the pass still
+// reports the failure, so its backoff applies.
 func (u *Uploader) pass(ctx context.Context) error {
 	u.passMu.Lock()
 	defer u.passMu.Unlock()
@@ -231,15 +251,22 @@ func (u *Uploader) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var rejected error
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := u.upload(ctx, f.name); err != nil {
+		err := u.upload(ctx, f.name)
+		var re *RejectedError
+		switch {
+		case errors.As(err, &re):
+			klog.FromContext(ctx).Error(err, "The store rejected a recording; it stays in the spool and the others go on", "recording", f.name)
+			rejected = errors.Join(rejected, err)
+		case err != nil:
 			return err
 		}
 	}
-	return nil
+	return rejected
 }
 
 // upload puts the recording name in the store and removes it from the

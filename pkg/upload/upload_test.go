@@ -399,3 +399,32 @@ func TestSpoolMetrics(t *testing.T) {
 	}
 	check(0, 0, 0, 0)
 }
+
+// TestRejectedRecordingDoesNotHoldTheSpool: a recording the store refuses
+// (too large, say) stays in the spool, counted, and the ones after it are
+// stored; the pass still fails, so the rejected one waits its backoff.
+func TestRejectedRecordingDoesNotHoldTheSpool(t *testing.T) {
+	dir := t.TempDir()
+	spoolFile(t, dir, "ci_a_1.cast", header, time.Hour)
+	spoolFile(t, dir, "ci_huge_2.cast", header, time.Minute)
+	spoolFile(t, dir, "ci_c_3.cast", header, time.Second)
+	store := newMemStore()
+	store.setFail(func(key string) error {
+		if key == "rec/ci_huge_2.cast" {
+			return &RejectedError{Err: errors.New("413 EntityTooLarge")}
+		}
+		return nil
+	})
+	u := newUploader(t, dir, store, nil)
+	err := u.pass(context.Background())
+	var re *RejectedError
+	if !errors.As(err, &re) {
+		t.Fatalf("pass: %v, want the rejection", err)
+	}
+	if strings.Join(store.order, " ") != "rec/ci_a_1.cast rec/ci_c_3.cast" {
+		t.Errorf("put %v, want the recordings before and after the rejected one", store.order)
+	}
+	if left := listDir(t, dir); strings.Join(left, " ") != "ci_huge_2.cast" {
+		t.Errorf("left %v, want the rejected recording kept", left)
+	}
+}
