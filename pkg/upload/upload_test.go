@@ -427,4 +427,11 @@ func TestRejectedRecordingDoesNotHoldTheSpool(t *testing.T) {
 	if left := listDir(t, dir); strings.Join(left, " ") != "ci_huge_2.cast" {
 		t.Errorf("left %v, want the rejected recording kept", left)
 	}
+	// Retrying a refusal for seconds changes nothing: a drain returns at
+	// once, its time left to the rest of the shutdown.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := u.Drain(ctx); !errors.As(err, &re) || ctx.Err() != nil {
+		t.Errorf("Drain: %v (its context: %v), want the refusal at once", err, ctx.Err())
+	}
 }
