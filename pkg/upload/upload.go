@@ -7,7 +7,9 @@
 // under Prefix plus its file name, then removes it from the directory. It
 // removes nothing the bucket did not confirm: a failed upload leaves the
 // file where it is, and the whole spool waits a backoff (doubling up to
-// MaxBackoff) before it is tried again, oldest file first. The spool keeps
+// MaxBackoff) before it is tried again, oldest file first. A file the
+// store refuses on its own (RejectedError) is passed over, so it never
+// holds the others back. The spool keeps
 // what the store cannot take for as long as the store is down, up to the
 // recording directory's cap (--record-sessions-max-total-size), and across
 // a restart of the gateway: the next start uploads what it finds. A
