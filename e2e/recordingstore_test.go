@@ -198,8 +198,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 	// period, one is cut at its end; both are uploaded before it exits.
 	open := openRecordedSessions(ctx, t, b, pod, "bucket-shutdown", 2)
 	sessions += 2
-	exited := make(chan bool, 1)
-	go func() { ok, _ := b.Terminate(grace + 30*time.Second); exited <- ok }()
+	exited := terminating(b, grace+30*time.Second)
 	waitDraining(ctx, t, b)
 	if _, err := io.WriteString(open[0].stdin, "bye\r"); err != nil {
 		t.Fatal(err)
@@ -210,7 +209,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 	if err := <-open[1].done; err == nil || !strings.Contains(err.Error(), "shutting down") {
 		t.Errorf("session open past the grace period ended with %v; want the gateway's Failure", err)
 	}
-	if !<-exited {
+	if <-exited < 0 {
 		t.Fatal("the replica did not exit by itself after SIGTERM")
 	}
 	t.Logf("replica b exited (%s)", since())
@@ -229,14 +228,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 	defer thaw()
 	open = openRecordedSessions(ctx, t, a, pod, "bucket-stranded", 2)
 	sessions += 2
-	took := make(chan time.Duration, 1)
-	go func() {
-		ok, d := a.Terminate(grace + 30*time.Second)
-		if !ok {
-			d = -1
-		}
-		took <- d
-	}()
+	took := terminating(a, grace+30*time.Second)
 	waitDraining(ctx, t, a)
 	endSessions(t, open)
 	// The sessions ended inside the grace period; the drain's deadline is

@@ -122,14 +122,7 @@ func TestRecordsThroughRestarts(t *testing.T) {
 	t.Run("SIGTERM", func(t *testing.T) {
 		gw := start("gateway-rollout")
 		sessions := openRecordedSessions(ctx, t, gw, pod, "rollout", 10)
-		exited := make(chan time.Duration, 1)
-		go func() {
-			ok, took := gw.Terminate(grace + 30*time.Second)
-			if !ok {
-				took = -1
-			}
-			exited <- took
-		}()
+		exited := terminating(gw, grace+30*time.Second)
 		// Once the gateway is draining, half the sessions end.
 		waitDraining(ctx, t, gw)
 		for _, s := range sessions[:5] {
@@ -203,6 +196,20 @@ func TestRecordsThroughRestarts(t *testing.T) {
 			t.Errorf("left under temporary names after the restart: %v", tmp)
 		}
 	})
+}
+
+// terminating sends gw SIGTERM and reports how long it took to exit by
+// itself, or -1 when it was still running after within and was killed.
+func terminating(gw *env.ExtraGateway, within time.Duration) <-chan time.Duration {
+	exited := make(chan time.Duration, 1)
+	go func() {
+		ok, took := gw.Terminate(within)
+		if !ok {
+			took = -1
+		}
+		exited <- took
+	}()
+	return exited
 }
 
 // sessionRecords says what the audit events and recordings of some exec
