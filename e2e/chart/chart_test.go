@@ -63,6 +63,13 @@ passthrough:
   - {user: "ci: bot #1", groups: ["a'b\"c", "*"]}
 executorPolicy: {namespaces: [ci], clusterAffinity: {clusterNames: [member1]}}
 `,
+	"recordings-bucket": `
+recording:
+  mode: all
+  s3: {bucket: rec, endpoint: "https://s3.example:9000", prefix: "prod/", credentialsSecret: {name: s3-keys}, caSecret: {name: s3-ca}}
+audit: {log: {enabled: true}}
+hostAliases: [{ip: 10.0.0.9, hostnames: [rec.s3.example]}]
+`,
 	// Strings that would break YAML if a template forgot to quote them.
 	"awkward-strings": `
 karmada:
@@ -831,6 +838,8 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"executor in system:unauthenticated", "passthrough: {executors: [{user: u, groups: [system:unauthenticated]}]}\n", "must not list the group system:unauthenticated"},
 		{"executor policy namespace not a name", "executorPolicy: {namespaces: [CI]}\n", "at '/executorPolicy/namespaces/0'"},
 		{"bad idle timeout", "idleTimeout: forever\n", "at '/idleTimeout'"},
+		{"bucket without credentials", "recording: {mode: tty, s3: {bucket: rec}}\n", "recording.s3.credentialsSecret.name is required with recording.s3.bucket"},
+		{"S3 endpoint not http(s)", "recording: {mode: tty, s3: {bucket: rec, endpoint: \"s3.example:9000\", credentialsSecret: {name: s3}}}\n", "at '/recording/s3/endpoint'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1105,6 +1114,67 @@ func TestAuditLogPerPod(t *testing.T) {
 	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" })
 	if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil || c.Env[i].ValueFrom.FieldRef.FieldPath != "metadata.name" {
 		t.Errorf("env %+v: want POD_NAME from metadata.name, declared before the args use it", c.Env)
+	}
+}
+
+// TestRecordingsBucket: with recording.s3 the gateway gets the bucket's
+// flags, and its credentials and CA as files mounted from their Secrets,
+// never in its environment or its arguments; hostAliases reach the pod.
+func TestRecordingsBucket(t *testing.T) {
+	d := deployment(t, render(t, `recording:
+  mode: tty
+  s3:
+    bucket: rec
+    endpoint: https://s3.example:9000
+    region: eu-west-1
+    prefix: prod/
+    pathStyle: true
+    credentialsSecret: {name: s3-keys, accessKeyIDKey: id, secretAccessKeyKey: secret}
+    caSecret: {name: s3-ca, key: bundle.pem}
+hostAliases: [{ip: 10.0.0.9, hostnames: [rec.s3.example]}]
+`))
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	for _, want := range []string{"--record-sessions-s3-bucket=rec", "--record-sessions-s3-endpoint=https://s3.example:9000",
+		"--record-sessions-s3-region=eu-west-1", "--record-sessions-s3-prefix=prod/", "--record-sessions-s3-path-style=true",
+		"--record-sessions-s3-access-key-id-file=/etc/gateway/recordings-s3/access-key-id",
+		"--record-sessions-s3-secret-access-key-file=/etc/gateway/recordings-s3/secret-access-key",
+		"--record-sessions-s3-ca-file=/etc/gateway/recordings-s3-ca/ca.crt"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("args lack %s: %v", want, c.Args)
+		}
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			t.Errorf("env %s comes from a Secret; credentials are mounted files", e.Name)
+		}
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
+	}
+	keys := vols["recordings-s3"].Secret
+	if keys == nil || keys.SecretName != "s3-keys" || len(keys.Items) != 2 || keys.Items[0] != (corev1.KeyToPath{Key: "id", Path: "access-key-id"}) ||
+		keys.Items[1] != (corev1.KeyToPath{Key: "secret", Path: "secret-access-key"}) {
+		t.Errorf("credentials volume %+v", vols["recordings-s3"].VolumeSource)
+	}
+	if ca := vols["recordings-s3-ca"].Secret; ca == nil || ca.SecretName != "s3-ca" || len(ca.Items) != 1 || ca.Items[0].Key != "bundle.pem" {
+		t.Errorf("CA volume %+v", vols["recordings-s3-ca"].VolumeSource)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	if m := mounts["recordings-s3"]; m.MountPath != "/etc/gateway/recordings-s3" || !m.ReadOnly {
+		t.Errorf("credentials mount %+v", m)
+	}
+	if len(spec.HostAliases) != 1 || spec.HostAliases[0].IP != "10.0.0.9" {
+		t.Errorf("hostAliases %+v", spec.HostAliases)
+	}
+	// Without a bucket nothing of it is rendered.
+	c = deployment(t, render(t, "recording:\n  mode: tty\n")).Spec.Template.Spec.Containers[0]
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--record-sessions-s3-") }) {
+		t.Errorf("args without a bucket: %v", c.Args)
 	}
 }
 
