@@ -794,9 +794,21 @@ func (r hostRecords) playableRecordings(t *testing.T, events []auditv1.Event, co
 	dir := t.TempDir()
 	for name := range names {
 		writeFile(t, filepath.Join(dir, name), objs[name].Body)
-		if _, err := os.Stat(filepath.Join(r.recordings, name)); err == nil {
-			t.Errorf("%s is in the bucket and still in the spool", name)
+	}
+	// Each leaves the spool once its put was answered, a moment after the
+	// bucket has it.
+	var spooled []string
+	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		spooled = nil
+		for name := range names {
+			if _, err := os.Stat(filepath.Join(r.recordings, name)); err == nil {
+				spooled = append(spooled, name)
+			}
 		}
+		return len(spooled) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("%v are in the bucket and still in the spool", spooled)
 	}
 	return dir
 }

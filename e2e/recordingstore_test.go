@@ -71,6 +71,24 @@ func spoolFiles(t *testing.T, dir string) []string {
 	return files
 }
 
+// waitSpoolsEmpty waits for the recordings stored to leave the spools:
+// a gateway removes each once the store answered its put, so the bucket
+// has it a moment before.
+func waitSpoolsEmpty(ctx context.Context, t *testing.T, spools ...string) {
+	t.Helper()
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		left = nil
+		for _, dir := range spools {
+			left = append(left, spoolFiles(t, dir)...)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("recordings in the bucket still in the spool: %v", left)
+	}
+}
+
 // endSessions ends sessions from their side and waits for each.
 func endSessions(t *testing.T, sessions []*recordedSession) {
 	t.Helper()
@@ -157,9 +175,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 	sessions += 4
 	waitObjects(t, sw, bucket, sessions)
 	t.Logf("%d recordings of two replicas in the bucket (%s)", sessions, since())
-	if left := append(spoolFiles(t, spoolA), spoolFiles(t, spoolB)...); len(left) != 0 {
-		t.Errorf("uploaded recordings left in the spool: %v", left)
-	}
+	waitSpoolsEmpty(ctx, t, spoolA, spoolB)
 
 	// The store down: recordings wait in the spool, and say so.
 	sw.Kill()
@@ -187,12 +203,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 	t.Logf("store started (%s)", since())
 	waitObjects(t, sw, bucket, sessions)
 	t.Logf("%d recordings in the bucket (%s)", sessions, since())
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return len(spoolFiles(t, spoolA))+len(spoolFiles(t, spoolB)) == 0, nil
-	})
-	if err != nil {
-		t.Errorf("the spool kept %v after the store came back", append(spoolFiles(t, spoolA), spoolFiles(t, spoolB)...))
-	}
+	waitSpoolsEmpty(ctx, t, spoolA, spoolB)
 
 	// A replica stopped with sessions open: one ends inside the grace
 	// period, one is cut at its end; both are uploaded before it exits.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // memStore keeps what is put, in order; fail, when set, decides whether a
@@ -249,8 +250,11 @@ func TestRunRetriesAFailingStore(t *testing.T) {
 	spoolFile(t, dir, "ci_b_2.cast", header, 0)
 	u.Notify()
 	waitStored(t, store, "rec/ci_b_2.cast")
-	if left := listDir(t, dir); len(left) != 0 {
-		t.Errorf("left %v", left)
+	// Stored, it leaves the spool (the store answered before the removal).
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(listDir(t, dir)) == 0, nil
+	}); err != nil {
+		t.Errorf("left %v after both were stored", listDir(t, dir))
 	}
 }
 
