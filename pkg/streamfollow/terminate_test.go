@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -422,18 +421,23 @@ func TestClientWriteAfterTerminateWaitsForTheFailure(t *testing.T) {
 	s := NewStream(up, Options{Protocol: webSocketV5})
 	s.Terminate(EndGatewayShutdown, shutdownStatus())
 	_ = s.Close() // the request's cancellation
-	var readEnded atomic.Bool
+	// Whether the read side had handed out its end when the write
+	// returned: readDone closes as the last Read returns.
 	wrote := make(chan bool, 1)
 	go func() {
 		_, err := s.Write(clientFrame(wsBinary, []byte("\x00typed")))
 		if err == nil {
 			t.Error("a write to a closed upstream succeeded")
 		}
-		wrote <- readEnded.Load()
+		select {
+		case <-s.readDone:
+			wrote <- true
+		default:
+			wrote <- false
+		}
 	}()
 	<-up.writing
 	got, err := io.ReadAll(s)
-	readEnded.Store(true)
 	if !errors.Is(err, errTerminated) || !bytes.Contains(got, []byte("shutting down")) {
 		t.Fatalf("the client read %q, %v; want the gateway's Failure", got, err)
 	}
