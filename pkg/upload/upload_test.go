@@ -137,20 +137,28 @@ func TestDrainStoresOldestFirstAndEmptiesTheSpool(t *testing.T) {
 	}
 }
 
-// TestFailedPutKeepsTheRecording: a put that fails removes nothing and
-// ends the pass; the next one starts with the same file.
-func TestFailedPutKeepsTheRecording(t *testing.T) {
+// spoolOfThree is a spool of three recordings, oldest first ci_a_1.cast,
+// middle and ci_c_3.cast, and a store whose put of middle fails with err.
+func spoolOfThree(t *testing.T, middle string, err error) (string, *memStore) {
+	t.Helper()
 	dir := t.TempDir()
 	spoolFile(t, dir, "ci_a_1.cast", header, time.Hour)
-	spoolFile(t, dir, "ci_b_2.cast", header, time.Minute)
+	spoolFile(t, dir, middle, header, time.Minute)
 	spoolFile(t, dir, "ci_c_3.cast", header, time.Second)
 	store := newMemStore()
 	store.setFail(func(key string) error {
-		if key == "rec/ci_b_2.cast" {
-			return errors.New("503 SlowDown")
+		if key == "rec/"+middle {
+			return err
 		}
 		return nil
 	})
+	return dir, store
+}
+
+// TestFailedPutKeepsTheRecording: a put that fails removes nothing and
+// ends the pass; the next one starts with the same file.
+func TestFailedPutKeepsTheRecording(t *testing.T) {
+	dir, store := spoolOfThree(t, "ci_b_2.cast", errors.New("503 SlowDown"))
 	u := newUploader(t, dir, store, nil)
 	// Drain retries until its context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -408,17 +416,7 @@ func TestSpoolMetrics(t *testing.T) {
 // (too large, say) stays in the spool, counted, and the ones after it are
 // stored; the pass still fails, so the rejected one waits its backoff.
 func TestRejectedRecordingDoesNotHoldTheSpool(t *testing.T) {
-	dir := t.TempDir()
-	spoolFile(t, dir, "ci_a_1.cast", header, time.Hour)
-	spoolFile(t, dir, "ci_huge_2.cast", header, time.Minute)
-	spoolFile(t, dir, "ci_c_3.cast", header, time.Second)
-	store := newMemStore()
-	store.setFail(func(key string) error {
-		if key == "rec/ci_huge_2.cast" {
-			return &RejectedError{Err: errors.New("413 EntityTooLarge")}
-		}
-		return nil
-	})
+	dir, store := spoolOfThree(t, "ci_huge_2.cast", &RejectedError{Err: errors.New("413 EntityTooLarge")})
 	u := newUploader(t, dir, store, nil)
 	err := u.pass(context.Background())
 	var re *RejectedError
