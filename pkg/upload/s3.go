@@ -100,8 +100,9 @@ func NewS3Store(o S3Options) (*S3Store, error) {
 		Credentials:  creds,
 		UsePathStyle: o.PathStyle,
 		HTTPClient:   &http.Client{Transport: transport},
-		// Content-MD5, which every S3-compatible store checks, instead of
-		// the SDK's newer checksums, which not all of them take.
+		// Content-MD5, which S3 checks and the compatible stores follow
+		// (SeaweedFS: TestS3StoreAnswersOfARealStore), instead of the
+		// SDK's newer checksums, which not all of them take.
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
 	}

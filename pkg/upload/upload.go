@@ -169,16 +169,24 @@ func (u *Uploader) Run(ctx context.Context) {
 			failing = false
 			logger.Info("Uploading recordings works again")
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, wait, wake) {
 			return
-		case <-wake:
-			t.Stop()
-		case <-t.C:
 		}
 	}
+}
+
+// pause waits d, or until wake (nil: never) says a recording was
+// finished; false when ctx ended first.
+func pause(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+	case <-t.C:
+	}
+	return true
 }
 
 func (u *Uploader) backoff() wait.Backoff {
@@ -195,20 +203,12 @@ func (u *Uploader) Drain(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		// Only refusals of some recordings, which seconds will not change:
-		// the drain's time is better left to the shutdown.
+		// Only refusals of some recordings, which seconds will not change,
+		// end it at once: the drain's time is better left to the shutdown.
 		var re *RejectedError
-		if errors.As(err, &re) {
+		if errors.As(err, &re) || !pause(ctx, backoff.Step(), nil) {
 			left, _ := u.spool()
 			return fmt.Errorf("%d recordings left in the spool: %w", len(left), err)
-		}
-		t := time.NewTimer(backoff.Step())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			left, _ := u.spool()
-			return fmt.Errorf("%d recordings left in the spool: %w", len(left), err)
-		case <-t.C:
 		}
 	}
 }
