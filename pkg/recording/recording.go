@@ -19,10 +19,10 @@
 // one). A recording that ends incomplete (its stream cut, the gateway
 // shutting down, a cap reached, a write failed) is kept as far as it got,
 // with an "m" marker event saying why when one can still be written
-// (IncompleteReason reads it), and Result says what was kept. A recording left behind
-// by a gateway that was killed is found by the next New on the directory,
-// marked and renamed as such (its lock tells it from another replica's
-// session in a shared directory).
+// (IncompleteReason reads it), and Result says what was kept. A recording
+// left behind by a gateway that was killed is found by the next New on the
+// directory, marked and renamed as such (its lock tells it from another
+// replica's session in a shared directory).
 //
 // Each session is capped (MaxSessionBytes: later output is not recorded,
 // the file says so) and so is the directory (MaxTotalBytes): every event
@@ -739,11 +739,8 @@ func (r *Recorder) recoverOne(tmp, name string) error {
 			return err
 		}
 		tail = headerLine(info.ModTime(), "(recovered)")
-	} else if i := bytes.LastIndexByte(b[:whole-1], '\n'); i >= 0 {
-		var ev []json.RawMessage
-		if json.Unmarshal(b[i+1:whole-1], &ev) == nil && len(ev) > 0 {
-			_ = json.Unmarshal(ev[0], &last)
-		}
+	} else if ev := lastEvent(b[:whole]); len(ev) > 0 {
+		_ = json.Unmarshal(ev[0], &last)
 	}
 	marker, _ := json.Marshal([]any{json.Number(strconv.FormatFloat(last, 'f', 6, 64)), "m",
 		markerIncomplete + "the gateway stopped before the session ended; kept when it started again"})
@@ -856,15 +853,25 @@ func IncompleteReason(r io.ReaderAt, size int64) string {
 	if _, err := r.ReadAt(tail, size-int64(len(tail))); err != nil && !errors.Is(err, io.EOF) {
 		return ""
 	}
-	tail = bytes.TrimSuffix(tail, []byte("\n"))
-	tail = tail[bytes.LastIndexByte(tail, '\n')+1:]
-	var ev []json.RawMessage
+	ev := lastEvent(tail)
 	var code, text string
-	if json.Unmarshal(tail, &ev) != nil || len(ev) != 3 || json.Unmarshal(ev[1], &code) != nil || code != "m" || json.Unmarshal(ev[2], &text) != nil {
+	if len(ev) != 3 || json.Unmarshal(ev[1], &code) != nil || code != "m" || json.Unmarshal(ev[2], &text) != nil {
 		return ""
 	}
 	if strings.HasPrefix(text, markerIncomplete) || strings.HasPrefix(text, markerTruncated) {
 		return text
 	}
 	return ""
+}
+
+// lastEvent is the last of the lines b ends with, as an asciicast event:
+// [time, code, data]; nil when that line is none (the header, a torn
+// line).
+func lastEvent(b []byte) []json.RawMessage {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	var ev []json.RawMessage
+	if json.Unmarshal(b[bytes.LastIndexByte(b, '\n')+1:], &ev) != nil {
+		return nil
+	}
+	return ev
 }
