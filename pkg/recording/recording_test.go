@@ -3,6 +3,7 @@ package recording
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording/recordingtest"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
@@ -582,19 +584,11 @@ func TestEventsReachTheFileWithinASecond(t *testing.T) {
 	tmp := filepath.Join(r.opts.Dir, tempName(s.Name()))
 	s.Data(streamfollow.Stdout, []byte("started"))
 	written := time.Now()
-	deadline := written.Add(10 * time.Second)
-	for {
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		b, err := os.ReadFile(tmp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(b, []byte("started")) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a buffered event was not written")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return bytes.Contains(b, []byte("started")), err
+	}); err != nil {
+		t.Fatalf("a buffered event was not written: %v", err)
 	}
 	if took := time.Since(written); took > flushDelay+time.Second {
 		t.Errorf("a buffered event reached the file after %s", took)
