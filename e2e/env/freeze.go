@@ -32,8 +32,13 @@ func (e *Env) Freeze(name string) (thaw func(), err error) {
 	if p == nil {
 		return nil, fmt.Errorf("env: no process %q (known: %v)", name, e.processNames())
 	}
+	return p.freeze()
+}
+
+// freeze stops p and its process group with SIGSTOP; thaw sends SIGCONT.
+func (p *process) freeze() (thaw func(), err error) {
 	if err := p.signal(syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("freeze %s: %w", name, err)
+		return nil, fmt.Errorf("freeze %s: %w", p.name, err)
 	}
 	return func() { _ = p.signal(syscall.SIGCONT) }, nil
 }

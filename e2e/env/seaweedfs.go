@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -153,12 +152,7 @@ func (sw *SeaweedFS) Kill() { sw.proc.kill() }
 
 // Freeze stops weed with SIGSTOP: a hung store, which accepts connections
 // and never answers, until thaw.
-func (sw *SeaweedFS) Freeze() (thaw func(), err error) {
-	if err := sw.proc.signal(syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("freeze seaweedfs: %w", err)
-	}
-	return func() { _ = sw.proc.signal(syscall.SIGCONT) }, nil
-}
+func (sw *SeaweedFS) Freeze() (thaw func(), err error) { return sw.proc.freeze() }
 
 // Endpoint is the S3 API's URL by address.
 func (sw *SeaweedFS) Endpoint() string {
