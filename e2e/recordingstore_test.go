@@ -35,7 +35,12 @@ func startStore(t *testing.T, e *env.Env, o env.SeaweedFSOptions) (sw *env.Seawe
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(sw.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seaweedfs's last log line: %s", sw.LogTail())
+		}
+		sw.Stop()
+	})
 	if err := sw.CreateBucket(t.Context(), o.WriterBucket); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +295,7 @@ func TestRecordingsReachTheBucket(t *testing.T) {
 	for key = range objs {
 		break
 	}
-	_, err = sw.Client(sw.Writer, true).GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	_, err = sw.Client(sw.Writer).GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	var apiErr smithy.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "AccessDenied" {
 		t.Errorf("the gateway's credentials read %s back: %v; want AccessDenied", key, err)

@@ -126,7 +126,7 @@ func (sw *SeaweedFS) Start(ctx context.Context) error {
 	if err := sw.proc.start(); err != nil {
 		return err
 	}
-	client := sw.Client(sw.Admin, true)
+	client := sw.Client(sw.Admin)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		if !sw.proc.running() {
 			return false, fmt.Errorf("weed exited: %v; log: %s", sw.proc.exitErr(), lastLogLine(sw.proc.logPath))
@@ -171,9 +171,10 @@ func (sw *SeaweedFS) Addr() netip.Addr { return sw.addr }
 // LogTail is the last line of weed's log.
 func (sw *SeaweedFS) LogTail() string { return lastLogLine(sw.proc.logPath) }
 
-// Client is an S3 client of the store with creds, path-style or not.
-func (sw *SeaweedFS) Client(creds Credentials, pathStyle bool) *s3.Client {
-	return s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(sw.Endpoint()), UsePathStyle: pathStyle,
+// Client is an S3 client of the store with creds, path-style (Endpoint
+// names an address).
+func (sw *SeaweedFS) Client(creds Credentials) *s3.Client {
+	return s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(sw.Endpoint()), UsePathStyle: true,
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: creds.AccessKeyID, SecretAccessKey: creds.SecretAccessKey}, nil
 		}),
@@ -184,7 +185,7 @@ func (sw *SeaweedFS) Client(creds Credentials, pathStyle bool) *s3.Client {
 
 // CreateBucket creates bucket as the Admin.
 func (sw *SeaweedFS) CreateBucket(ctx context.Context, bucket string) error {
-	_, err := sw.Client(sw.Admin, true).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	_, err := sw.Client(sw.Admin).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
 	return err
 }
 
@@ -196,7 +197,7 @@ type StoredObject struct {
 
 // Objects reads every object of bucket as the Admin, by key.
 func (sw *SeaweedFS) Objects(ctx context.Context, bucket string) (map[string]StoredObject, error) {
-	client := sw.Client(sw.Admin, true)
+	client := sw.Client(sw.Admin)
 	out := map[string]StoredObject{}
 	p := s3.NewListObjectsV2Paginator(client, &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
 	for p.HasMorePages() {
