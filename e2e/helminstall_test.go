@@ -725,8 +725,9 @@ type hostRecords struct {
 	// values are the helm flags that turn them on, every session recorded,
 	// with a grace period short enough to wait out.
 	values string
-	// store, once set, is the store whose bucket the recordings are
-	// uploaded to: the recordings directory is then the replicas' spool.
+	// store is the store whose bucket the recordings are uploaded to,
+	// once README's S3 block ran: the recordings directory is then the
+	// replicas' spool.
 	store *env.SeaweedFS
 }
 
@@ -753,20 +754,16 @@ func readmeRecordingsBucket(t *testing.T, e *env.Env, sh *readmeShell, r readmeI
 		"<bucket>", recordingsBucket, "<https://store:port>", sw.DomainEndpoint())
 	sh.mustRun(t, subst.Replace(lines[0]))
 	aliases := fmt.Sprintf(`[{"ip":%q,"hostnames":[%q]}]`, sw.Addr(), recordingsBucket+"."+domain)
-	sh.mustRun(t, subst.Replace(lines[1])+" --set recording.mode=all --set-json '"+"hostAliases="+aliases+"'")
+	sh.mustRun(t, subst.Replace(lines[1])+" --set recording.mode=all --set-json 'hostAliases="+aliases+"'")
 	sh.mustRun(t, fmt.Sprintf("kubectl -n %s rollout status deployment/%s --timeout=3m", r.namespace, r.release))
 	return sw
 }
 
 // playableRecordings is a directory holding the recordings named in the
-// events of the execs whose command holds command: where the gateway
-// wrote them, or, with a store, as the store holds them once each is
-// there (and gone from the spool).
+// events of the execs whose command holds command, as the store holds
+// them once each is there (and gone from the spool).
 func (r hostRecords) playableRecordings(t *testing.T, events []auditv1.Event, command string) string {
 	t.Helper()
-	if r.store == nil {
-		return r.recordings
-	}
 	names := map[string]bool{}
 	for _, evs := range execEvents(events, command) {
 		for _, ev := range evs {
@@ -847,7 +844,7 @@ func recordsOnHost(t *testing.T) hostRecords {
 // never end: the old pod ends them when its grace period is over, with a
 // Failure saying so. Every session has both audit stages, in the old
 // pod's own audit log (audit-<pod>.log), and a recording that plays: in
-// the bucket, once records.store is set, and no longer in the spool.
+// the bucket, and no longer in the spool.
 func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubernetes.Interface, r readmeInstall, pod string, records hostRecords) {
 	ctx := t.Context()
 	before, err := waitReadyReplicas(ctx, host, r.namespace, r.release, 2)
