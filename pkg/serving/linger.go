@@ -25,8 +25,9 @@ const CloseLinger = 2 * time.Second
 // then closes by halves: a socket closed with the client's bytes unread in
 // it is reset, and a reset discards what was written but not yet sent, and
 // at the client what it has not read yet, the Failure among it. So Close
-// ends the write side, reads and drops what the client still sends until
-// it closes (at most CloseLinger), and only then closes.
+// ends the write side, and in the background reads and drops what the
+// client still sends until it closes (at most CloseLinger), and only then
+// closes.
 func Lingering(c net.Conn) net.Conn { return &upgradedConn{Conn: c} }
 
 type upgradedConn struct {
@@ -46,10 +47,17 @@ func (c *upgradedConn) CloseWrite() error {
 }
 
 func (c *upgradedConn) Close() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && !c.closedWrite.Swap(true) && cw.CloseWrite() == nil {
-		if c.Conn.SetReadDeadline(time.Now().Add(CloseLinger)) == nil {
-			_, _ = io.Copy(io.Discard, c.Conn)
-		}
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || c.closedWrite.Swap(true) || cw.CloseWrite() != nil || c.Conn.SetReadDeadline(time.Now().Add(CloseLinger)) != nil {
+		return c.Conn.Close()
 	}
-	return c.Conn.Close()
+	// In the background: the handler returns, and its audit event is
+	// written, without waiting on a client that may never be seen to close
+	// (behind a port-forward); at shutdown the gateway waits for its
+	// handlers only 3 s (the proxy's StreamEndWait).
+	go func() {
+		_, _ = io.Copy(io.Discard, c.Conn)
+		_ = c.Conn.Close()
+	}()
+	return nil
 }
