@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -346,6 +347,9 @@ func TestRecordingOnAFullVolume(t *testing.T) {
 			filler := func(marker string) string {
 				return `i=0; while [ $i -lt 4000 ]; do echo ` + marker + `-$i-abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopq; i=$((i+1)); done; echo ` + marker + `-finished`
 			}
+			if failClosed {
+				refuseUnrecordableOffers(ctx, t, gw, pod)
+			}
 			for _, kind := range []string{"spdy", "websocket"} {
 				marker := "full-" + kind
 				out, err := run(kind, marker, filler(marker))
@@ -396,6 +400,32 @@ func TestRecordingOnAFullVolume(t *testing.T) {
 				t.Errorf("the refused session's command ran: %q, %v", check, err)
 			}
 		})
+	}
+}
+
+// refuseUnrecordableOffers: failing closed, a TTY exec through gw that
+// offers only protocols the gateway cannot record (base64 WebSocket ones,
+// or no subprotocol) is refused with a 503, and its command, which would
+// leave a file in the pod at the member's 101, never runs.
+func refuseUnrecordableOffers(ctx context.Context, t *testing.T, gw *env.ExtraGateway, pod string) {
+	t.Helper()
+	offers := map[string][]string{
+		"base64": {"base64.channel.k8s.io"}, "v4-base64": {"v4.base64.channel.k8s.io"}, "none": nil,
+	}
+	for name, protocols := range offers {
+		q := url.Values{"command": {"sh", "-c", "echo ran > /tmp/unrecordable-" + name}, "stdout": {"true"}, "tty": {"true"}}
+		conn, resp, err := dialRawWS(t, gw.Config(env.UserExecOnly), "/api/v1/namespaces/"+env.Namespace+"/pods/"+pod+"/exec", q.Encode(), protocols)
+		if conn != nil {
+			conn.Close()
+		}
+		r := refusal(resp)
+		if err == nil || r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "offers no protocol") {
+			t.Errorf("a WebSocket exec offering %q: %v, %d %s; want it refused before it starts", protocols, err, r.code, r.body)
+		}
+	}
+	check, _, err := testEnv.RunKubectl(ctx, testEnv.GatewayKubeconfig(env.UserExecOnly), nil, "exec", pod, "--", "sh", "-c", "cat /tmp/unrecordable-* 2>/dev/null; echo checked")
+	if err != nil || strings.Contains(check, "ran") || !strings.Contains(check, "checked") {
+		t.Errorf("a refused unrecordable session's command ran: %q, %v", check, err)
 	}
 }
 

@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +180,110 @@ func TestFailClosedRefusalIsAudited(t *testing.T) {
 		if ev.Stage != audit.StageResponseComplete || ev.ResponseStatus.Code != http.StatusServiceUnavailable ||
 			!strings.Contains(ev.ResponseStatus.Message, "cannot be recorded") || strings.Contains(ev.ResponseStatus.Message, dir) {
 			t.Errorf("refusal audited as %s %+v", ev.Stage, ev.ResponseStatus)
+		}
+	}
+}
+
+// TestFailClosedOffersOnlyRecordableProtocols: failing closed, an exec or
+// attach is offered to the member with only the protocols whose channels
+// the gateway records, and one that offers none of them is refused before
+// anything goes upstream. The member picks the protocol and starts the
+// command at its 101, so a refusal after it (as before) let a base64 or
+// unnamed-protocol WebSocket exec run its command unrecorded while the
+// client got a 503. Failing open, the offers pass unchanged (the session
+// runs unrecorded, its audit event says why).
+func TestFailClosedOffersOnlyRecordableProtocols(t *testing.T) {
+	const target = "/api/v1/namespaces/ci/pods/job-42/exec?command=sh&stdout=true"
+	ws := func(protocols ...string) [][2]string {
+		h := [][2]string{{"Connection", "Upgrade"}, {"Upgrade", "websocket"}, {"Sec-WebSocket-Version", "13"},
+			{"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}, {"Authorization", "Bearer caller-token"}}
+		for _, p := range protocols {
+			h = append(h, [2]string{"Sec-WebSocket-Protocol", p})
+		}
+		return h
+	}
+	spdy := func(versions ...string) [][2]string {
+		h := [][2]string{{"Connection", "Upgrade"}, {"Upgrade", "SPDY/3.1"}, {"Authorization", "Bearer caller-token"}}
+		for _, v := range versions {
+			h = append(h, [2]string{"X-Stream-Protocol-Version", v})
+		}
+		return h
+	}
+	bearer := "base64url.bearer.authorization.k8s.io.Y2FsbGVyLXRva2Vu"
+	for _, tc := range []struct {
+		name, upgrade string
+		header        [][2]string
+		// sent is what the member must be offered; nil: the session is
+		// refused and nothing reaches it.
+		sent       http.Header
+		passesOpen bool // failing open, the offers reach the member unchanged
+	}{
+		{name: "websocket base64 only", upgrade: "websocket", header: ws("base64.channel.k8s.io")},
+		{name: "websocket v4 base64 only", upgrade: "websocket", header: ws("v4.base64.channel.k8s.io")},
+		{name: "websocket no subprotocol", upgrade: "websocket", header: ws()},
+		{name: "websocket bearer token only", upgrade: "websocket", header: ws(bearer)},
+		{name: "websocket unknown", upgrade: "websocket", header: ws("v6.channel.k8s.io")},
+		{name: "spdy no version", upgrade: "SPDY/3.1", header: spdy()},
+		{name: "spdy websocket's v5", upgrade: "SPDY/3.1", header: spdy("v5.channel.k8s.io")},
+		{name: "websocket narrowed", upgrade: "websocket",
+			header: append(ws("v5.channel.k8s.io, base64.channel.k8s.io", "v4.base64.channel.k8s.io, channel.k8s.io, "+bearer),
+				[2]string{"Sec-WebSocket-Extensions", "permessage-deflate"}),
+			sent: http.Header{"Sec-Websocket-Protocol": {"v5.channel.k8s.io, channel.k8s.io, " + bearer}}},
+		{name: "spdy narrowed", upgrade: "SPDY/3.1", header: spdy("v9.channel.k8s.io", "v4.channel.k8s.io", "v3.channel.k8s.io"),
+			sent: http.Header{"X-Stream-Protocol-Version": {"v4.channel.k8s.io", "v3.channel.k8s.io"}}},
+	} {
+		for _, failClosed := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/fail-closed=%v", tc.name, failClosed), func(t *testing.T) {
+				rec, err := recording.New(recording.Options{Dir: t.TempDir(), Mode: recording.ModeAll, FailClosed: failClosed,
+					MaxSessionBytes: 1 << 20, MaxTotalBytes: 1 << 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				up := newEchoUpgrader(t, tc.upgrade)
+				// The member's choice: the first protocol the gateway sent.
+				if tc.sent != nil {
+					for k, v := range tc.sent {
+						up.header = http.Header{k: {strings.Split(v[0], ",")[0]}}
+					}
+				}
+				upstream := httptest.NewTLSServer(up)
+				t.Cleanup(upstream.Close)
+				p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), Recorder: rec})
+				gw := httptest.NewTLSServer(p)
+				t.Cleanup(gw.Close)
+				t.Cleanup(func() { close(up.release) })
+
+				resp := dialGateway(t, gw).send(t, http.MethodGet, target, tc.header)
+				resp.Body.Close()
+				sent := up.requestHeaders()
+				switch {
+				case !failClosed:
+					if resp.StatusCode != http.StatusSwitchingProtocols || len(sent) != 1 {
+						t.Fatalf("failing open: %d, %d requests upstream; want the session relayed", resp.StatusCode, len(sent))
+					}
+					for _, h := range tc.header {
+						if k := http.CanonicalHeaderKey(h[0]); k != "Authorization" && k != "Connection" && !slices.Contains(sent[0].Values(k), h[1]) {
+							t.Errorf("failing open, upstream got %s %q; want %q among them", k, sent[0].Values(k), h[1])
+						}
+					}
+				case tc.sent == nil:
+					if resp.StatusCode != http.StatusServiceUnavailable || len(sent) != 0 {
+						t.Fatalf("%d, %d requests upstream; want 503 and nothing sent to the member", resp.StatusCode, len(sent))
+					}
+				default:
+					if resp.StatusCode != http.StatusSwitchingProtocols || len(sent) != 1 {
+						t.Fatalf("%d, %d requests upstream; want the narrowed session relayed", resp.StatusCode, len(sent))
+					}
+					for k, want := range tc.sent {
+						if got := sent[0].Values(k); !slices.Equal(got, want) {
+							t.Errorf("upstream was offered %s %q; want %q", k, got, want)
+						}
+					}
+					if ext := sent[0].Values("Sec-WebSocket-Extensions"); len(ext) != 0 {
+						t.Errorf("upstream was offered extensions %q", ext)
+					}
+				}
+			})
 		}
 	}
 }

@@ -64,6 +64,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
 )
 
@@ -300,6 +301,16 @@ func (r *Recorder) Start(req *http.Request, ns, pod, subresource string) (*Sessi
 		return nil, nil
 	}
 	logger := klog.FromContext(req.Context()).WithValues("namespace", ns, "pod", pod)
+	if r.opts.FailClosed && !narrowToRecordable(req.Header) {
+		// The member picks the protocol and starts the command at its 101:
+		// a protocol the gateway cannot decode is found out only after the
+		// command runs. So the member is offered only what can be recorded.
+		r.failures.WithLabelValues(reasonStart).Inc()
+		logger.Error(nil, "Session refused: it offers no protocol that can be recorded", "failClosed", true)
+		return nil, apierrors.NewServiceUnavailable("the session cannot be recorded (it offers no protocol whose channels the gateway decodes: " +
+			"SPDY/3.1 with X-Stream-Protocol-Version v4.channel.k8s.io, v3, v2 or channel.k8s.io, or WebSocket with the subprotocol " +
+			"v5.channel.k8s.io, v4.channel.k8s.io or channel.k8s.io, without extensions) and recording fails closed (--record-sessions-fail-closed): it was not started")
+	}
 	s, err := r.start(ns, pod, q, tty, logger)
 	if err != nil {
 		logger.Error(err, "Session not recorded", "failClosed", r.opts.FailClosed)
@@ -311,6 +322,52 @@ func (r *Recorder) Start(req *http.Request, ns, pod, subresource string) (*Sessi
 		return &Session{r: r, logger: logger, unrecorded: "not recorded: " + reasonText(err)}, nil
 	}
 	return s, nil
+}
+
+// narrowToRecordable removes from an exec or attach upgrade request h the
+// protocols it offers whose channels cannot be recorded (base64 WebSocket
+// protocols, any the gateway does not know) and any WebSocket extension,
+// keeping a WebSocket bearer token. It reports false when no recordable
+// protocol is left, an offer of none included: a SPDY server then speaks
+// channel.k8s.io without saying so in its 101, a WebSocket server the
+// unnamed binary protocol, neither of which a 101 tells from another.
+func narrowToRecordable(h http.Header) bool {
+	upgrade := h.Get("Upgrade")
+	switch {
+	case strings.EqualFold(upgrade, "SPDY/3.1"):
+		var kept []string
+		for _, v := range h.Values("X-Stream-Protocol-Version") {
+			if streamfollow.DecodesOffer(upgrade, v) {
+				kept = append(kept, v)
+			}
+		}
+		if len(kept) == 0 {
+			return false
+		}
+		h["X-Stream-Protocol-Version"] = kept
+		return true
+	case strings.EqualFold(upgrade, "websocket"):
+		h.Del("Sec-WebSocket-Extensions")
+		var kept []string
+		channels := false
+		for _, v := range h.Values("Sec-WebSocket-Protocol") {
+			for _, offer := range strings.Split(v, ",") {
+				offer = strings.TrimSpace(offer)
+				switch {
+				case strings.HasPrefix(offer, identity.WebSocketBearerPrefix):
+					kept = append(kept, offer)
+				case streamfollow.DecodesOffer(upgrade, offer):
+					kept, channels = append(kept, offer), true
+				}
+			}
+		}
+		if !channels {
+			return false
+		}
+		h.Set("Sec-WebSocket-Protocol", strings.Join(kept, ", "))
+		return true
+	}
+	return false
 }
 
 func (r *Recorder) start(ns, pod string, q url.Values, tty bool, logger klog.Logger) (*Session, error) {

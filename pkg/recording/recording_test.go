@@ -30,8 +30,13 @@ import (
 
 var v5 = streamfollow.ProtocolOf(http.Header{"Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}, "exec")
 
+// execReq is a WebSocket exec offering v5, as kubectl's.
 func execReq(ns, query string) *http.Request {
-	return httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/p1/exec?command=sh&"+query, nil)
+	r := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/p1/exec?command=sh&"+query, nil)
+	r.Header.Set("Connection", "Upgrade")
+	r.Header.Set("Upgrade", "websocket")
+	r.Header.Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io")
+	return r
 }
 
 func newRecorder(t *testing.T, opts Options) *Recorder {

@@ -179,6 +179,20 @@ func ProtocolOf(h http.Header, subresource string) Protocol {
 // Decodes reports whether a Stream decodes channels of p for an Observer.
 func (p Protocol) Decodes() bool { return p.kind != unfollowed }
 
+// DecodesOffer reports whether an exec or attach tunnel that negotiated
+// offer, one protocol a client offers (an X-Stream-Protocol-Version line
+// for SPDY/3.1, a Sec-WebSocket-Protocol token for WebSocket), is one
+// whose channels a Stream decodes: what ProtocolOf would read of the 101.
+func DecodesOffer(upgrade, offer string) bool {
+	h := http.Header{"Upgrade": {upgrade}}
+	if strings.EqualFold(upgrade, "websocket") {
+		h.Set("Sec-WebSocket-Protocol", offer)
+	} else {
+		h.Set("X-Stream-Protocol-Version", offer)
+	}
+	return offer != "" && ProtocolOf(h, "exec").Decodes()
+}
+
 // PromisesExitStatus reports whether p's server always ends with a Status,
 // so that a cut can be told from an end.
 func (p Protocol) PromisesExitStatus() bool { return p.exitStatus }
