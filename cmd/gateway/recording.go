@@ -42,7 +42,7 @@ func bindRecordingFlags(fs *flag.FlagSet) *recordingOptions {
 	fs.BoolVar(&o.stdin, "record-sessions-stdin", false, "also record what clients send (asciicast input events); off by default: stdin carries what users type, secrets included")
 	fs.IntVar(&o.maxSessionMB, "record-sessions-max-session-size", 100, "megabytes a recording may take; later output is not recorded (the file says so)")
 	fs.IntVar(&o.maxTotalMB, "record-sessions-max-total-size", 10240, "megabytes the recording directory may hold; new sessions are not recorded beyond it")
-	fs.BoolVar(&o.failClosed, "record-sessions-fail-closed", false, "refuse a session that cannot be recorded (and cut one whose recording fails); by default it goes on unrecorded and karmada_gateway_recording_failures_total counts it")
+	fs.BoolVar(&o.failClosed, "record-sessions-fail-closed", false, "refuse a session that cannot be recorded (and cut one whose recording fails or reaches a cap); by default it goes on unrecorded and karmada_gateway_recording_failures_total counts it")
 
 	s := &o.s3
 	fs.StringVar(&s.bucket, "record-sessions-s3-bucket", "", "upload each finished recording to this bucket of an S3-compatible store, then remove it from --record-sessions-dir; empty: recordings stay in the directory")

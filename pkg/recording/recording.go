@@ -28,15 +28,20 @@
 // the file says so) and so is the directory (MaxTotalBytes): every event
 // reserves its bytes from the directory's count before it is buffered, and
 // the marker a session may end with is reserved at its start, so sessions
-// recording at once never take the directory past its cap.
+// recording at once never take the directory past its cap. The count
+// follows what the directory holds: at the cap it is read again, so what
+// pkg/upload or an operator removed no longer counts.
 //
 // Events are written at least every flushDelay, so a gateway killed
 // outright loses at most the last second of a session. When a recording
-// cannot be made, FailClosed refuses the session before it starts, and
-// ends it with a Status on its error channel when a write fails midway
-// (each event is then written as it comes, so a failure is seen while the
-// session runs); otherwise the session goes on unrecorded, the failure is
-// counted and its audit event says why.
+// cannot be made, FailClosed refuses the session before it starts (the
+// member is offered only the protocols whose channels can be recorded: it
+// starts the command at its 101, before the gateway could see which it
+// chose), and ends it with a Status on its error channel when a write
+// fails or a cap is reached midway (each event is then written as it
+// comes, so a failure is seen while the session runs); otherwise the
+// session goes on unrecorded, the failure is counted and its audit event
+// says why.
 package recording
 
 import (
@@ -104,9 +109,14 @@ type Options struct {
 }
 
 // dirRemeasureInterval is how often, at most, the directory is read again
-// at its cap: once per session start was a scan of every recording per
-// exec, concurrently, for as long as the directory stayed full.
+// at its cap when no file was added to it or removed from it: once per
+// session start was a scan of every recording per exec, concurrently, for
+// as long as the directory stayed full.
 const dirRemeasureInterval = time.Second
+
+// mtimeGranularity bounds the tick of the clock file systems stamp a
+// directory's changes with (a jiffy: 10 ms at HZ=100).
+const mtimeGranularity = 20 * time.Millisecond
 
 // flushAt is how much a recording that does not fail closed buffers before
 // it writes, and flushDelay how long at most; one that fails closed writes
@@ -138,8 +148,11 @@ type Recorder struct {
 	// buffered (reserve), so concurrent sessions never pass the cap.
 	total, open atomic.Int64
 
-	measureMu  sync.Mutex
-	measuredAt time.Time // when total was last read from Dir
+	measureMu sync.Mutex
+	// measuredAt is when total was last read from Dir (r.now), measuredWall
+	// the same on the wall clock, measuredMtime Dir's modification time
+	// then.
+	measuredAt, measuredWall, measuredMtime time.Time
 
 	failures  *prometheus.CounterVec
 	sessions  prometheus.Counter
@@ -189,16 +202,27 @@ func New(opts Options) (*Recorder, error) {
 }
 
 // measureDir sets total to what Dir holds now plus what open sessions
-// reserved or buffered, unless it was read less than dirRemeasureInterval
-// ago. Concurrent callers wait for one reading.
+// reserved or buffered. It reads Dir again only when a file was added to
+// it or removed from it since the last reading (its modification time
+// changed) or dirRemeasureInterval passed: at the cap, every session's
+// next event asks. Concurrent callers wait for one reading.
 func (r *Recorder) measureDir() error {
 	r.measureMu.Lock()
 	defer r.measureMu.Unlock()
-	now := r.now()
-	if !r.measuredAt.IsZero() && now.Sub(r.measuredAt) < dirRemeasureInterval {
+	now, wall := r.now(), time.Now()
+	info, err := os.Stat(r.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("recording directory: %w", err)
+	}
+	// A file system stamps a change with a coarse clock: a change in the
+	// same tick as the last reading may leave the time as it was, so a
+	// time that close to the reading proves nothing.
+	unchanged := !r.measuredAt.IsZero() && info.ModTime().Equal(r.measuredMtime) &&
+		r.measuredMtime.Before(r.measuredWall.Add(-mtimeGranularity))
+	if unchanged && now.Sub(r.measuredAt) < dirRemeasureInterval {
 		return nil
 	}
-	r.measuredAt = now
+	r.measuredAt, r.measuredMtime, r.measuredWall = now, info.ModTime(), wall
 	entries, err := os.ReadDir(r.opts.Dir)
 	if err != nil {
 		return fmt.Errorf("recording directory: %w", err)
@@ -225,6 +249,17 @@ func (r *Recorder) reserve(n int64) bool {
 			return true
 		}
 	}
+}
+
+// reserveOrRemeasure is reserve, measuring the directory again when the
+// count says it is full: uploads (pkg/upload) and operators remove
+// recordings, and what left the directory no longer counts. Without it a
+// session was cut at a cap the directory was far from.
+func (r *Recorder) reserveOrRemeasure(n int64) bool {
+	if r.reserve(n) {
+		return true
+	}
+	return r.measureDir() == nil && r.reserve(n)
 }
 
 // file is what a Session writes its recording to: an *os.File, which
@@ -378,10 +413,6 @@ func (r *Recorder) start(ns, pod string, q url.Values, tty bool, logger klog.Log
 	}
 	header := headerLine(now, title)
 	if !r.reserve(int64(len(header)) + markerReserve) {
-		// Operators ship recordings elsewhere and delete them: what left
-		// the directory no longer counts, so measure it again before
-		// refusing (only here, at the cap, and at most once per
-		// dirRemeasureInterval).
 		if err := r.measureDir(); err != nil {
 			r.failures.WithLabelValues(reasonStart).Inc()
 			return nil, err
@@ -580,7 +611,7 @@ func (s *Session) event(code string, data []byte) {
 	case s.written+int64(len(line)) > s.r.opts.MaxSessionBytes:
 		s.truncate("the session cap was reached")
 		return
-	case !s.r.reserve(int64(len(line))):
+	case !s.r.reserveOrRemeasure(int64(len(line))):
 		s.truncate("the recording directory's cap was reached")
 		return
 	}
@@ -612,11 +643,15 @@ func (s *Session) timedFlush() {
 }
 
 // truncate stops recording the session's events and marks the file.
+// Failing closed, it ends the session: what it printed next would not be
+// recorded, and a command could print a cap's worth first to run the rest
+// unseen.
 func (s *Session) truncate(why string) {
 	s.truncated = true
 	s.incomplete = markerTruncated + why
 	s.r.failures.WithLabelValues(reasonCap).Inc()
 	s.marker(s.incomplete)
+	s.endFailingClosed()
 }
 
 // marker writes an "m" event with text, from the start's reservation.
@@ -671,6 +706,13 @@ func (s *Session) fail(err error) {
 	s.incomplete = "writing the recording failed: " + reasonText(err)
 	s.r.failures.WithLabelValues(reasonWrite).Inc()
 	s.logger.Error(err, "Session recording failed", "failClosed", s.r.opts.FailClosed)
+	s.endFailingClosed()
+}
+
+// endFailingClosed ends the session with a Status on its error channel
+// saying why its recording stopped (s.incomplete), when recording fails
+// closed; s.mu is held.
+func (s *Session) endFailingClosed() {
 	if s.r.opts.FailClosed && s.terminate != nil {
 		s.terminate(streamfollow.EndRecordingFailed, metav1.Status{
 			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},

@@ -308,13 +308,24 @@ func TestCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The directory is read again at most once per dirRemeasureInterval,
-	// not at every session start: within it the cap still refuses.
+	// With no file added or removed since the last reading (the
+	// directory's time is as it was then, long before it), the directory
+	// is read again at most once per dirRemeasureInterval, not at every
+	// session start: within it the cap still refuses. (Removing a file
+	// has it read at once: TestRemovedRecordingsLeaveTheCount.)
+	past := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(r.opts.Dir, past, past); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(r.opts.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	r.now = func() time.Time { return now }
-	r.measuredAt = now
+	r.measuredAt, r.measuredWall, r.measuredMtime = now, time.Now(), info.ModTime()
 	if s, _ := r.Start(execReq("ci", "tty=1"), "ci", "p1", "exec"); s.Recorded() {
-		t.Error("at the cap, a session start read the directory again within dirRemeasureInterval of the last reading")
+		t.Error("at the cap, a session start read the unchanged directory again within dirRemeasureInterval of the last reading")
 	}
 	now = now.Add(dirRemeasureInterval)
 	if s, err := r.Start(execReq("ci", "tty=1"), "ci", "p1", "exec"); err != nil || !s.Recorded() {
@@ -599,4 +610,66 @@ func TestEventsReachTheFileWithinASecond(t *testing.T) {
 		t.Errorf("a buffered event reached the file after %s", took)
 	}
 	s.end(streamfollow.EndCompleted)
+}
+
+// TestRemovedRecordingsLeaveTheCount: recordings removed from the
+// directory (shipped and deleted by an operator, or uploaded by
+// pkg/upload) no longer count against its cap, for a session already
+// running too: ten sessions of 3 KB, each removed when it ended, under a
+// 4 KiB cap (seven times the cap in all) are each recorded whole. The
+// count used to be read again only when a session's start found the
+// directory full, so a session that started with room for its header was
+// cut at a cap the directory was far from.
+func TestRemovedRecordingsLeaveTheCount(t *testing.T) {
+	r := newRecorder(t, Options{Mode: ModeAll, MaxTotalBytes: 4 << 10})
+	for i := range 10 {
+		s := startSession(t, r)
+		for range 25 {
+			s.Data(streamfollow.Stdout, []byte(strings.Repeat("x", 99)+"\n"))
+		}
+		s.end(streamfollow.EndCompleted)
+		if res := s.Result(); res.File == "" || res.Incomplete != "" {
+			t.Fatalf("session %d: %+v; want it recorded whole", i, res)
+		}
+		if err := os.Remove(s.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFailClosedCapsEndTheSession: failing closed, a session whose
+// recording reaches a cap (its own, or the directory's) is ended with a
+// Status naming the cap, as one whose write failed: it would otherwise run
+// on unrecorded, and a command could print a cap's worth first to do the
+// rest unseen. Failing open it runs on, its recording marked.
+func TestFailClosedCapsEndTheSession(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		opts       Options
+	}{
+		{"session cap", "the session cap was reached", Options{MaxSessionBytes: 2 << 10}},
+		{"directory cap", "the recording directory's cap was reached", Options{MaxTotalBytes: 2 << 10}},
+	} {
+		for _, failClosed := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/fail-closed=%v", tc.name, failClosed), func(t *testing.T) {
+				opts := tc.opts
+				opts.Mode, opts.FailClosed = ModeAll, failClosed
+				s := startSession(t, newRecorder(t, opts))
+				for range 30 {
+					s.Data(streamfollow.Stdout, []byte(strings.Repeat("x", 99)+"\n"))
+				}
+				switch {
+				case failClosed && (s.terminated == nil || !strings.Contains(s.terminated.Message, tc.want) ||
+					!strings.Contains(s.terminated.Message, "recording fails closed")):
+					t.Errorf("the session was ended with %+v; want a Status saying %q", s.terminated, tc.want)
+				case !failClosed && s.terminated != nil:
+					t.Errorf("failing open, the session was ended: %+v", s.terminated)
+				}
+				s.end(streamfollow.EndRecordingFailed)
+				if res := s.Result(); !strings.Contains(res.Incomplete, tc.want) {
+					t.Errorf("result %+v; want it to say %q", res, tc.want)
+				}
+			})
+		}
+	}
 }

@@ -20,6 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
 )
 
 // memStore keeps what is put, in order; fail, when set, decides whether a
@@ -420,5 +423,55 @@ func TestRejectedRecordingDoesNotHoldTheSpool(t *testing.T) {
 	defer cancel()
 	if err := u.Drain(ctx); !errors.As(err, &re) || ctx.Err() != nil {
 		t.Errorf("Drain: %v (its context: %v), want the refusal at once", err, ctx.Err())
+	}
+}
+
+// TestUploadedRecordingsLeaveTheCap: the recorder and the uploader wired as
+// cmd/gateway wires them (OnFinished is Notify) on one spool whose cap
+// holds one session: eight sessions of 5 KB, each uploaded when it ended,
+// five times the cap in all, are each stored whole. An uploaded recording
+// used to stay in the recorder's count, so later sessions were cut at a
+// cap the empty spool was far from, and stored as a header and a marker.
+func TestUploadedRecordingsLeaveTheCap(t *testing.T) {
+	dir := t.TempDir()
+	store := newMemStore()
+	u := newUploader(t, dir, store, nil)
+	rec, err := recording.New(recording.Options{Dir: dir, Mode: recording.ModeAll, MaxSessionBytes: 1 << 20, MaxTotalBytes: 8 << 10, OnFinished: u.Notify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { u.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	line := strings.Repeat("x", 99) + "\n"
+	for i := range 8 {
+		req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ci/pods/p/exec?command=sh&stdout=true", nil)
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io")
+		s, err := rec.Start(req, "ci", "p", "exec")
+		if err != nil || s == nil {
+			t.Fatalf("session %d not started: %v", i, err)
+		}
+		opts := streamfollow.Options{Protocol: streamfollow.ProtocolOf(http.Header{"Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}, "exec")}
+		if err := s.Attach(&opts, nil); err != nil {
+			t.Fatal(err)
+		}
+		for range 40 {
+			opts.Observer.Data(streamfollow.Stdout, []byte(line))
+		}
+		opts.OnEnd(streamfollow.Summary{End: streamfollow.EndCompleted})
+		waitStored(t, store, "rec/"+s.Name())
+		store.mu.Lock()
+		body, meta := store.objects["rec/"+s.Name()], store.meta["rec/"+s.Name()]
+		store.mu.Unlock()
+		if n := bytes.Count(body, []byte("xxxx\\n")); n != 40 || meta[MetadataIncomplete] != "" {
+			t.Fatalf("session %d stored with %d of its 40 lines, incomplete %q; want it whole", i, n, meta[MetadataIncomplete])
+		}
+		if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return len(listDir(t, dir)) == 0, nil
+		}); err != nil {
+			t.Fatalf("left %v after it was stored", listDir(t, dir))
+		}
 	}
 }
