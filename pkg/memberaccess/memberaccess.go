@@ -6,7 +6,9 @@
 //
 //   - the URL is spec.apiEndpoint;
 //   - TLS 1.3 at least, trusting the caBundle of the Secret spec.secretRef
-//     names, or nothing when spec.insecureSkipTLSVerification says so;
+//     names and nothing else (no CA when it has none; the system roots only
+//     for a Cluster without secretRef), or no verification when
+//     spec.insecureSkipTLSVerification says so;
 //   - every connection goes through spec.proxyURL when it is set (http,
 //     https or socks5), with spec.proxyHeader on the CONNECT, each value
 //     split at commas as Karmada splits it;
@@ -378,13 +380,16 @@ func (m *Members) member(ctx context.Context, cluster string, wait bool) (*Membe
 	if token == "" {
 		return nil, unavailable(cluster, fmt.Sprintf("the impersonate token of cluster %s is empty", cluster))
 	}
+	// nil trusts the system roots, as Karmada does for a Cluster without
+	// secretRef; with one, only its caBundle, none when it has none
+	// (GetTLSConfigForCluster).
 	var caBundle []byte
 	if c.Spec.SecretRef != nil {
 		s, err := m.secret(ctx, c.Spec.SecretRef, wait)
 		if err != nil {
 			return nil, unavailable(cluster, fmt.Sprintf("the Secret of cluster %s: %v", cluster, err))
 		}
-		caBundle = s.Data[secretCADataKey]
+		caBundle = append([]byte{}, s.Data[secretCADataKey]...)
 	}
 	var proxy *url.URL
 	if c.Spec.ProxyURL != "" {
@@ -422,7 +427,7 @@ func (m *Members) build(c *karmada.Cluster, base *url.URL, caBundle []byte, prox
 		// verified.
 		InsecureSkipVerify: c.Spec.InsecureSkipTLSVerification, //nolint:gosec
 	}
-	if len(caBundle) > 0 {
+	if caBundle != nil {
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(caBundle)
 		tc.RootCAs = pool
@@ -488,6 +493,7 @@ func configKey(c *karmada.Cluster, caBundle []byte) string {
 	field(c.Spec.APIEndpoint)
 	field(c.Spec.ProxyURL)
 	field(fmt.Sprint(c.Spec.InsecureSkipTLSVerification))
+	field(fmt.Sprint(caBundle != nil))
 	field(string(caBundle))
 	keys := make([]string, 0, len(c.Spec.ProxyHeader))
 	for k := range c.Spec.ProxyHeader {

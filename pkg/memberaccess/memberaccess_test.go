@@ -3,12 +3,16 @@ package memberaccess
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -644,5 +648,53 @@ func TestNotStartedRefuses(t *testing.T) {
 	m.Start(t.Context())
 	if !m.Started() {
 		t.Error("not Started after Start")
+	}
+}
+
+// TestSecretWithoutCATrustsNoRoots: a Cluster whose secretRef Secret has no
+// caBundle trusts no CA, as Karmada's GetTLSConfigForCluster (an empty
+// pool), never the system roots; only a Cluster without secretRef trusts
+// those. The system roots are made the member's CA (SSL_CERT_FILE, read
+// once per process: the checks run in a child test process), so a gateway
+// that fell back to them would reach the member.
+func TestSecretWithoutCATrustsNoRoots(t *testing.T) {
+	if endpoint := os.Getenv("MEMBERACCESS_SYSTEM_ROOTS_MEMBER"); endpoint != "" {
+		withoutCA := cluster("member1", endpoint)
+		withoutSecretRef := cluster("member2", endpoint)
+		withoutSecretRef.Spec.SecretRef = nil
+		h := newHarness(t, []*karmada.Cluster{withoutCA, withoutSecretRef},
+			secret("member1", map[string]string{"token": "karmada-agent-token"}),
+			secret("member1-impersonator", map[string]string{"token": "t"}),
+			secret("member2-impersonator", map[string]string{"token": "t"}))
+		for name, trusted := range map[string]bool{"member1": false, "member2": true} {
+			m := h.member(t, name)
+			req, err := http.NewRequest(http.MethodGet, m.Base.String()+"/version", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := m.For(false).RoundTrip(req)
+			if err == nil {
+				res.Body.Close()
+			}
+			var unknown x509.UnknownAuthorityError
+			switch {
+			case trusted && err != nil:
+				t.Errorf("%s, without secretRef: %v; want the system roots trusted", name, err)
+			case !trusted && !errors.As(err, &unknown):
+				t.Errorf("%s, its Secret without caBundle: %v; want the member's certificate refused", name, err)
+			}
+		}
+		return
+	}
+	ms := newMemberServer(t)
+	roots := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(roots, ms.caPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSecretWithoutCATrustsNoRoots$", "-test.v")
+	cmd.Env = append(os.Environ(), "MEMBERACCESS_SYSTEM_ROOTS_MEMBER="+ms.URL, "SSL_CERT_FILE="+roots, "SSL_CERT_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestSecretWithoutCATrustsNoRoots") {
+		t.Fatalf("the child test: %v\n%s", err, out)
 	}
 }
