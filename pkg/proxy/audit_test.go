@@ -292,8 +292,16 @@ func TestForwardedFor(t *testing.T) {
 		{ForwardedForAppend, http.Header{}, "192.0.2.1"},
 		{ForwardedForAppend, http.Header{"X-Forwarded-For": {"203.0.113.9"}, "Connection": {"X-Forwarded-For"}}, "192.0.2.1"},
 		{ForwardedForReplace, http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}, "X-Forwarded-Proto": {"https"}}, "192.0.2.1"},
+		// X-Real-Ip, which kube-apiserver reads after the list, never goes
+		// upstream: replacing, it is dropped; appending, folded into the
+		// list where kube-apiserver would have read it (once, if it parses).
+		{ForwardedForReplace, http.Header{"X-Real-Ip": {"7.7.7.7"}}, "192.0.2.1"},
+		{ForwardedForAppend, http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"7.7.7.7"}}, "203.0.113.9, 7.7.7.7, 192.0.2.1"},
+		{ForwardedForAppend, http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"203.0.113.9"}}, "203.0.113.9, 192.0.2.1"},
+		{ForwardedForAppend, http.Header{"X-Real-Ip": {"not-an-ip"}}, "192.0.2.1"},
+		{ForwardedForAppend, http.Header{"X-Real-Ip": {"7.7.7.7"}, "Connection": {"X-Real-Ip"}}, "192.0.2.1"},
 	} {
-		t.Run(string(tc.mode)+"/"+tc.header.Get("X-Forwarded-For"), func(t *testing.T) {
+		t.Run(string(tc.mode)+"/"+tc.header.Get("X-Forwarded-For")+"/"+tc.header.Get("X-Real-Ip"), func(t *testing.T) {
 			var mu sync.Mutex
 			seen := map[string]http.Header{}
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -322,6 +330,9 @@ func TestForwardedFor(t *testing.T) {
 				got := seen[which]
 				if got.Get("X-Forwarded-For") != tc.want {
 					t.Errorf("%s: X-Forwarded-For %q, want %q", which, got.Get("X-Forwarded-For"), tc.want)
+				}
+				if real := got.Values("X-Real-Ip"); len(real) != 0 {
+					t.Errorf("%s: X-Real-Ip %q went upstream", which, real)
 				}
 				if proto := got.Get("X-Forwarded-Proto"); (tc.mode == ForwardedForReplace) != (proto == "") && tc.header.Get("X-Forwarded-Proto") != "" {
 					t.Errorf("%s: X-Forwarded-Proto %q in %s mode", which, proto, tc.mode)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -26,7 +27,13 @@ const (
 
 // forwardedHeaders are the headers through which a client says where it
 // comes from; ForwardedForReplace drops them all.
-var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", realIPHeader}
+
+// realIPHeader is the address kube-apiserver's audit log takes as a source
+// IP after X-Forwarded-For's (utilnet.SourceIPs). It never goes upstream:
+// appending, it is folded into X-Forwarded-For where kube-apiserver would
+// have read it, so both audit logs name the same addresses.
+const realIPHeader = "X-Real-Ip"
 
 // ParseForwardedFor reads a --forwarded-for value.
 func ParseForwardedFor(s string) (ForwardedFor, error) {
@@ -43,7 +50,8 @@ func ParseForwardedFor(s string) (ForwardedFor, error) {
 // proxy to drop it), then the peer.
 func (p *Proxy) sourceIPs(r *http.Request) []string {
 	var ips []string
-	if p.forwardedFor != ForwardedForReplace && !containsFold(headerTokens(r.Header["Connection"]), "X-Forwarded-For") {
+	connectionTokens := headerTokens(r.Header["Connection"])
+	if p.forwardedFor != ForwardedForReplace && !containsFold(connectionTokens, "X-Forwarded-For") {
 		for _, v := range r.Header.Values("X-Forwarded-For") {
 			for _, ip := range strings.Split(v, ",") {
 				if ip = strings.TrimSpace(ip); ip != "" {
@@ -51,6 +59,12 @@ func (p *Proxy) sourceIPs(r *http.Request) []string {
 				}
 			}
 		}
+	}
+	// As kube-apiserver reads it: one address, taken when it parses and is
+	// not in the list already.
+	if real := strings.TrimSpace(r.Header.Get(realIPHeader)); p.forwardedFor != ForwardedForReplace &&
+		!containsFold(connectionTokens, realIPHeader) && net.ParseIP(real) != nil && !slices.Contains(ips, real) {
+		ips = append(ips, real)
 	}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		ips = append(ips, host)
@@ -64,6 +78,9 @@ func (p *Proxy) setForwarded(r *http.Request, h http.Header) {
 	connectionTokens := headerTokens(r.Header["Connection"])
 	for _, key := range forwardedHeaders {
 		delete(h, key)
+		if key == realIPHeader {
+			continue
+		}
 		if v, ok := r.Header[key]; ok && p.forwardedFor != ForwardedForReplace && !containsFold(connectionTokens, key) {
 			h[key] = append([]string(nil), v...)
 		}
