@@ -198,10 +198,16 @@ func (u *Uploader) backoff() wait.Backoff {
 // emptyDir would lose with the pod.
 func (u *Uploader) Drain(ctx context.Context) error {
 	backoff := u.backoff()
+	var storeErr error // the store's last answer, which a pass the drain's end cut would hide
 	for {
 		err := u.pass(ctx)
 		if err == nil {
 			return nil
+		}
+		if ctx.Err() != nil && storeErr != nil {
+			err = fmt.Errorf("%w; then the drain's time ran out", storeErr)
+		} else {
+			storeErr = err
 		}
 		// Only refusals of some recordings, which seconds will not change,
 		// end it at once: the drain's time is better left to the shutdown.
