@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -10,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -20,9 +23,12 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
@@ -32,6 +38,7 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/env"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/images"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
 // Member access modes, as --member-access names them.
@@ -265,9 +272,92 @@ func echoService(t *testing.T, name, member string) {
 func TestDirectMemberAccess(t *testing.T) {
 	dumpLogsOnFailure(t)
 	gws := startAccessGateways(t)
+	t.Run("the gateway holds no member credential", testGatewayHoldsNoMemberCredential)
 	t.Run("same decisions as the cluster proxy", func(t *testing.T) { testDirectDifferential(t, gws) })
 	t.Run("20 MB TTY arrives whole", func(t *testing.T) { testLargeTTYWhole(t, gws) })
 	t.Run("streams outlive the control plane", func(t *testing.T) { testStreamsOutliveControlPlane(t, gws) })
+}
+
+// testGatewayHoldsNoMemberCredential: with the chart's RBAC on the real
+// karmada-apiserver, the gateway's identity may not read a Secret a
+// Cluster names (the secretRef one holds a member ServiceAccount bound to
+// */*/* beside the CA) nor list Secrets there; it reads the Secret
+// member-trust publishes, by name, and that holds each member's
+// impersonator token and CA, nothing else: no value of it is a secretRef
+// Secret's token. (The direct gateways' requests in the other subtests
+// show direct access works on these members with that RBAC.)
+func testGatewayHoldsNoMemberCredential(t *testing.T) {
+	ctx := t.Context()
+	gw, err := testEnv.KarmadaClient(env.UserGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := karmadaClient(t)
+	clusters, err := dynamic.NewForConfig(testEnv.KarmadaConfig(env.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := clusters.Resource(karmada.ClusterGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	var secretRefTokens [][]byte
+	for _, u := range list.Items {
+		var c karmada.Cluster
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
+			t.Fatal(err)
+		}
+		for _, ref := range []*karmada.LocalSecretRef{c.Spec.SecretRef, c.Spec.ImpersonatorSecretRef} {
+			if ref == nil {
+				continue
+			}
+			if _, err := gw.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+				t.Errorf("the gateway's identity reading Secret %s/%s of Cluster %s: %v; want it forbidden", ref.Namespace, ref.Name, c.Name, err)
+			}
+			if _, err := gw.CoreV1().Secrets(ref.Namespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+				t.Errorf("the gateway's identity listing Secrets in %s: %v; want it forbidden", ref.Namespace, err)
+			}
+		}
+		want[c.Name+".token"] = true
+		if c.Spec.SecretRef != nil {
+			want[c.Name+".caBundle"] = true
+			s, err := admin.CoreV1().Secrets(c.Spec.SecretRef.Namespace).Get(ctx, c.Spec.SecretRef.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok := s.Data["token"]; len(tok) > 0 {
+				secretRefTokens = append(secretRefTokens, tok)
+			}
+		}
+	}
+	if len(secretRefTokens) == 0 {
+		t.Fatal("no Cluster's secretRef Secret holds a token: the check below would prove nothing")
+	}
+	published, err := gw.CoreV1().Secrets(env.KarmadaCluster).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + env.MemberTrustSecret})
+	if err != nil || len(published.Items) != 1 {
+		t.Fatalf("the gateway's identity listing its one Secret by name: %v, %v", published, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		s, err := gw.CoreV1().Secrets(env.KarmadaCluster).Get(ctx, env.MemberTrustSecret, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for k, v := range s.Data {
+			if !want[k] {
+				t.Errorf("the published Secret holds %s", k)
+			}
+			for _, tok := range secretRefTokens {
+				if bytes.Equal(v, tok) {
+					t.Errorf("the published Secret's %s is a secretRef Secret's token", k)
+				}
+			}
+		}
+		return len(s.Data) == len(want), nil
+	})
+	if err != nil {
+		t.Errorf("the published Secret does not hold every Cluster's token and CA (%v): %v", slices.Collect(maps.Keys(want)), err)
+	}
 }
 
 // testDirectDifferential: every caller gets, for every route to a pod on

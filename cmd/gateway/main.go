@@ -43,6 +43,9 @@ import (
 
 func main() {
 	klog.InitFlags(nil)
+	if len(os.Args) > 1 && os.Args[1] == memberTrustCommand {
+		os.Exit(memberTrustMain(os.Args[2:]))
+	}
 	opts := bindFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -96,9 +99,13 @@ func run(ctx context.Context, o *options) error {
 		self    *memberaccess.Self
 	)
 	if o.memberAccess == metrics.MemberAccessDirect {
-		// Secrets are watched only in the namespaces Clusters name, and
-		// only their token and CA keys are kept.
-		members, err = memberaccess.New(memberaccess.Options{Clusters: informers.Clusters, Client: clients.secrets, Resync: o.resync, Metrics: m})
+		// One Secret is read, by name: the tokens and CAs gateway
+		// member-trust publishes.
+		published, err := parseSecretName("--member-trust-secret", o.memberTrustSecret)
+		if err != nil {
+			return err
+		}
+		members, err = memberaccess.New(memberaccess.Options{Clusters: informers.Clusters, Client: clients.secrets, Published: published, Resync: o.resync, Metrics: m})
 		if err != nil {
 			return err
 		}
@@ -330,8 +337,8 @@ func newProxyServer(o *options, handler http.Handler, tlsConfig *tls.Config) *ht
 // random tokens costs), and readiness.
 type reviewClients struct {
 	knownCallers, newCredentials, readiness kubernetes.Interface
-	// secrets reads the Secrets of direct member access: their informers
-	// start as Clusters name namespaces, never behind the reviews.
+	// secrets reads the Secret of direct member access (the published
+	// tokens and CAs), never behind the reviews.
 	secrets kubernetes.Interface
 }
 

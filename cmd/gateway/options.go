@@ -21,6 +21,7 @@ type options struct {
 	metricsAddr         string
 	authMode            string
 	memberAccess        string
+	memberTrustSecret   string
 	forwardedFor        string
 	authFailedPerSource float64
 	clientCAFile        string
@@ -70,8 +71,9 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address for /metrics, /healthz and /readyz")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on the metrics address")
 	fs.StringVar(&o.authMode, "auth-mode", string(proxy.AuthPassthrough), "passthrough: callers' credentials go upstream unchanged; authorize: the gateway authenticates and authorizes callers and calls the cluster proxy as itself")
-	fs.StringVar(&o.memberAccess, "member-access", metrics.MemberAccessClusterProxy, "how rewritten requests reach member clusters: cluster-proxy (through karmada-apiserver and Karmada's cluster proxy) or direct (the gateway dials each member's kube-apiserver from its Cluster object, as karmada-aggregated-apiserver does, with the member's impersonator token; needs get/list/watch on the Secrets the Clusters name, and in passthrough mode TokenReviews and SubjectAccessReviews)")
+	fs.StringVar(&o.memberAccess, "member-access", metrics.MemberAccessClusterProxy, "how rewritten requests reach member clusters: cluster-proxy (through karmada-apiserver and Karmada's cluster proxy) or direct (the gateway dials each member's kube-apiserver from its Cluster object, as karmada-aggregated-apiserver does, with the member's impersonator token; needs get/list/watch on the --member-trust-secret Secret, and in passthrough mode TokenReviews and SubjectAccessReviews)")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates (authorize mode)")
+	fs.StringVar(&o.memberTrustSecret, "member-trust-secret", defaultMemberTrustSecret, "--member-access=direct: namespace/name of the Secret `gateway member-trust` publishes each Cluster's impersonator token and CA in; the gateway reads that Secret alone, never the Secrets the Clusters name")
 	fs.DurationVar(&o.authCacheTTL, "auth-cache-ttl", 10*time.Second, "how long the gateway's own authentication and authorization results are cached (authorize mode; passthrough mode with --member-access=direct)")
 	fs.Float64Var(&o.authFailedPerSource, "auth-failed-per-source", float64(auth.DefaultFailedPerSource), "authorize mode and --member-access=direct: failed authentications a second a client address may cause (twice that at once); past it, its tokens not known good get 429 without a TokenReview (a token that authenticated within the hour always gets one); negative is unlimited")
 	fs.BoolVar(&o.enableLabeler, "enable-labeler", true, "run the controller that labels pod templates with cluster.karmada.io/name")

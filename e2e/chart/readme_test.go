@@ -1,13 +1,18 @@
 package chart
 
 import (
+	"fmt"
+	"maps"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/e2e/helmtest"
 )
@@ -115,10 +120,15 @@ func TestReadmeHelmInstall(t *testing.T) {
 }
 
 // TestReadmeDirectMemberAccess renders a release with the README's option
-// for direct member access, as written: the gateway runs with
-// --member-access=direct and its review flags, and its karmada-apiserver
-// identity may read Secrets in karmada-cluster only (a Role there, nothing
-// cluster-wide) and create TokenReviews and SubjectAccessReviews.
+// for direct member access, as written, with the gateway and member-trust
+// given identities of their own: the gateway runs with
+// --member-access=direct, its review flags and the published Secret's name,
+// and its karmada-apiserver identity may read that one Secret by name and
+// no other (never the Secrets Clusters name, which hold cluster-admin
+// tokens), and create TokenReviews and SubjectAccessReviews; the
+// member-trust Deployment publishes into that Secret, its identity alone
+// reading Secrets in karmada-cluster; nothing that selects the gateway's
+// pods selects its.
 func TestReadmeDirectMemberAccess(t *testing.T) {
 	var opt string
 	for _, line := range helmtest.ReadmeHelmSection(t) {
@@ -130,7 +140,9 @@ func TestReadmeDirectMemberAccess(t *testing.T) {
 	if opt == "" {
 		t.Fatal(`README's Helm section lacks the "# direct member access:" option`)
 	}
-	args := append([]string{"template", "gw", chartDir, "--namespace", "karmada-system", "--kube-version", kubeVersion}, shellWords(t, opt)...)
+	const published = "karmada-cluster/gw-karmada-exec-gateway-member-trust"
+	args := append([]string{"template", "gw", chartDir, "--namespace", "karmada-system", "--kube-version", kubeVersion,
+		"--set", "karmada.identity.user=gateway", "--set", "memberAccess.memberTrust.identity.user=member-trust"}, shellWords(t, opt)...)
 	for _, target := range []string{"host", "karmadaApiserver"} {
 		out, stderr, err := runHelm(t, append(args, "--set", "target="+target)...)
 		if err != nil {
@@ -138,28 +150,78 @@ func TestReadmeDirectMemberAccess(t *testing.T) {
 		}
 		objs := decodeAll(t, out)
 		if target == "host" {
-			c := deployment(t, objs).Spec.Template.Spec.Containers[0]
-			for _, want := range []string{"--member-access=direct", "--auth-cache-ttl=10s", "--auth-timeout=10s"} {
+			gw := deployment(t, objs)
+			c := gw.Spec.Template.Spec.Containers[0]
+			for _, want := range []string{"--member-access=direct", "--auth-cache-ttl=10s", "--auth-timeout=10s", "--member-trust-secret=" + published} {
 				if !slices.Contains(c.Args, want) {
 					t.Errorf("with %s the gateway's args %q lack %s", opt, c.Args, want)
 				}
 			}
+			var trust appsv1.Deployment
+			convert(t, objs.one(t, "Deployment", fullname+"-member-trust").Object, &trust)
+			if args := trust.Spec.Template.Spec.Containers[0].Args; len(args) < 2 || args[0] != "member-trust" || !slices.Contains(args, "--member-trust-secret="+published) {
+				t.Errorf("the member-trust Deployment runs %q; want gateway member-trust publishing %s", args, published)
+			}
+			trustLabels := labels.Set(trust.Spec.Template.Labels)
+			for _, kind := range []string{"Service", "PodDisruptionBudget"} {
+				for _, o := range objs.find(kind, "") {
+					sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector")
+					if sel == nil {
+						sel, _, _ = unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+					}
+					if len(sel) > 0 && labels.SelectorFromSet(sel).Matches(trustLabels) {
+						t.Errorf("%s %s selects the member-trust pods", kind, o.GetName())
+					}
+				}
+			}
+			if labels.SelectorFromSet(gw.Spec.Selector.MatchLabels).Matches(trustLabels) {
+				t.Error("the gateway Deployment's selector matches the member-trust pods")
+			}
 			continue
 		}
-		var secretRoles []string
-		for _, kind := range []string{"Role", "ClusterRole"} {
+		secretRules := map[string][]string{} // by subject
+		for _, kind := range []string{"RoleBinding", "ClusterRoleBinding"} {
 			for _, o := range objs.find(kind, "") {
+				var b rbacv1.RoleBinding
+				convert(t, o.Object, &b)
+				roleKind := "Role"
+				if kind == "ClusterRoleBinding" {
+					roleKind = "ClusterRole"
+				}
 				var r rbacv1.ClusterRole
-				convert(t, o.Object, &r)
+				for _, ro := range objs.find(b.RoleRef.Kind, b.RoleRef.Name) {
+					if roleKind == "ClusterRole" || ro.GetNamespace() == b.Namespace {
+						convert(t, ro.Object, &r)
+					}
+				}
 				for _, rule := range r.Rules {
-					if slices.Contains(rule.Resources, "secrets") {
-						secretRoles = append(secretRoles, kind+" "+o.GetNamespace()+"/"+o.GetName()+" "+strings.Join(rule.Verbs, ","))
+					if !slices.Contains(rule.Resources, "secrets") {
+						continue
+					}
+					for _, sub := range b.Subjects {
+						secretRules[sub.Name] = append(secretRules[sub.Name], fmt.Sprintf("%s %s/%s %s %v", roleKind, b.Namespace, r.Name, strings.Join(rule.Verbs, ","), rule.ResourceNames))
 					}
 				}
 			}
 		}
-		if want := []string{"Role karmada-cluster/gw-karmada-exec-gateway-member-secrets get,list,watch"}; !slices.Equal(secretRoles, want) {
-			t.Errorf("with %s, Secrets are granted by %q, want %q", opt, secretRoles, want)
+		want := map[string][]string{
+			"gateway": {"Role karmada-cluster/gw-karmada-exec-gateway-member-trust-secret get,list,watch [gw-karmada-exec-gateway-member-trust]"},
+			"member-trust": {
+				"Role karmada-cluster/gw-karmada-exec-gateway-member-trust-read get,list,watch []",
+				"Role karmada-cluster/gw-karmada-exec-gateway-member-trust-publish create []",
+				"Role karmada-cluster/gw-karmada-exec-gateway-member-trust-publish get,update [gw-karmada-exec-gateway-member-trust]",
+			},
+		}
+		for sub, rules := range secretRules {
+			slices.Sort(rules)
+			w := slices.Clone(want[sub])
+			slices.Sort(w)
+			if !slices.Equal(rules, w) {
+				t.Errorf("with %s, %s is granted Secrets by %q, want %q", opt, sub, rules, w)
+			}
+		}
+		if len(secretRules) != len(want) {
+			t.Errorf("with %s, Secrets are granted to %v, want only the gateway and member-trust", opt, slices.Collect(maps.Keys(secretRules)))
 		}
 		var reviews []string
 		for _, o := range objs.find("ClusterRole", "") {

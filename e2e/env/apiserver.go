@@ -76,7 +76,7 @@ func (e *Env) writeCredentials() error {
 	// user -> groups (comma separated). The cluster proxy impersonates each
 	// group in the member, so a passthrough caller's groups matter.
 	karmadaUsers := map[string]string{
-		UserAdmin: "system:masters", UserExecOnly: GroupExecutors, UserNoExec: "", UserGateway: "",
+		UserAdmin: "system:masters", UserExecOnly: GroupExecutors, UserNoExec: "", UserGateway: "", UserMemberTrust: "",
 		UserExecKarmadaOnly: "e2e:karmada-only", UserExecGroupUnbound: GroupUnbound,
 	}
 	karmadaHosts := loopbackHosts

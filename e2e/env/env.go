@@ -26,6 +26,10 @@ const (
 	UserExecOnly = "exec-only"
 	UserNoExec   = "no-exec"
 	UserGateway  = "karmada-exec-gateway"
+	// UserMemberTrust publishes the members' tokens and CAs for direct
+	// member access (the chart's member-trust identity): the only user but
+	// admin that may read the Secrets Clusters name.
+	UserMemberTrust = "karmada-exec-gateway-member-trust"
 	// UserExecKarmadaOnly has exec-only's pod rules and get on
 	// services/proxy in karmada-apiserver but neither clusters/proxy nor
 	// anything in members: only authorize mode, where the gateway reaches
@@ -55,7 +59,7 @@ const (
 )
 
 // Users lists the users of karmada-apiserver, in the order kubeconfigs are written.
-var Users = []string{UserAdmin, UserExecOnly, UserNoExec, UserGateway, UserExecKarmadaOnly, UserExecGroupUnbound}
+var Users = []string{UserAdmin, UserExecOnly, UserNoExec, UserGateway, UserMemberTrust, UserExecKarmadaOnly, UserExecGroupUnbound}
 
 // ImpersonatorUser names, in Token, the token of member's impersonator
 // ServiceAccount (karmada-cluster/karmada-impersonator), which the cluster
@@ -185,6 +189,9 @@ type Env struct {
 	gwMu       sync.Mutex
 	gateway    *gateway
 	gatewayBin string
+	// memberTrust publishes the members' tokens and CAs for direct
+	// member access (startMemberTrust); nil in a host environment.
+	memberTrust *process
 	// gatewayWithoutRace is the binary StartExtraGatewayWithoutRace runs.
 	gatewayWithoutRace string
 	buildDone          chan struct{} // closed when the build started by Start ends
@@ -458,6 +465,16 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 		e.logf("the chart's gateway RBAC applied and propagated (%s)", time.Since(start).Round(time.Millisecond))
+		if opts.Gateway.Enabled {
+			<-e.buildDone
+			if e.buildErr != nil {
+				return nil, e.buildErr
+			}
+			if err := e.startMemberTrust(ctx); err != nil {
+				return nil, err
+			}
+			e.logf("member-trust published the members' tokens and CAs (%s)", time.Since(start).Round(time.Millisecond))
+		}
 	}
 
 	if opts.Gateway.Enabled {
@@ -516,6 +533,9 @@ func (e *Env) stop(keep bool) {
 		e.gwMu.Lock()
 		if e.gateway != nil {
 			e.gateway.proc.stop(5 * time.Second)
+		}
+		if e.memberTrust != nil {
+			e.memberTrust.stop(5 * time.Second)
 		}
 		e.gwMu.Unlock()
 		if e.imagesDone != nil {

@@ -54,8 +54,10 @@ var gatewayChartValues = []string{
 	// gateway --client-ca-file itself; the name only switches the rules on.
 	"auth.clientCA.secretName=e2e-ca",
 	"serviceProxy.enabled=true",
-	// Direct member access: the Role on the members' Secrets.
+	// Direct member access: the gateway reads the Secret member-trust
+	// publishes; member-trust, with an identity of its own, the members'.
 	"memberAccess.mode=direct",
+	"memberAccess.memberTrust.identity.user=" + UserMemberTrust,
 	"labeler.leaderElection.namespace=" + KarmadaSystem,
 	// TestPodStatusFidelity installs the Pod status interpreter itself and
 	// needs none before.

@@ -92,7 +92,7 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 	i := &Informers{
 		Pods:     md.ForResource(PodGVR).Informer(),
 		Bindings: dyn.ForResource(ResourceBindingGVR).Informer(),
-		Clusters: dyn.ForResource(ClusterGVR).Informer(),
+		Clusters: clusterInformer(dyn),
 		metrics:  opts.Metrics,
 		start:    []func(<-chan struct{}){md.Start, dyn.Start},
 	}
@@ -106,9 +106,6 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 	if err := i.Bindings.SetTransform(TrimBinding); err != nil {
 		return nil, fmt.Errorf("bindings informer transform: %w", err)
 	}
-	if err := i.Clusters.SetTransform(Transform[Cluster]()); err != nil {
-		return nil, fmt.Errorf("clusters informer transform: %w", err)
-	}
 	if opts.Services {
 		i.Services = dyn.ForResource(ServiceGVR).Informer()
 		if err := i.Services.SetTransform(trimService); err != nil {
@@ -119,6 +116,19 @@ func NewInformers(opts InformersOptions) (*Informers, error) {
 		return nil, fmt.Errorf("bindings index: %w", err)
 	}
 	return i, nil
+}
+
+// NewClusterInformer is a Cluster informer alone, holding *Cluster, for a
+// process that reads nothing else of Karmada's; start it with its Run.
+func NewClusterInformer(client dynamic.Interface, resync time.Duration) cache.SharedIndexInformer {
+	return clusterInformer(dynamicinformer.NewDynamicSharedInformerFactory(client, resync))
+}
+
+func clusterInformer(f dynamicinformer.DynamicSharedInformerFactory) cache.SharedIndexInformer {
+	inf := f.ForResource(ClusterGVR).Informer()
+	// Only fails on an informer already started, which this one is not.
+	_ = inf.SetTransform(Transform[Cluster]())
+	return inf
 }
 
 // TrimPod is the pods informer's transform: it keeps of a pod's metadata

@@ -24,10 +24,11 @@
 // ahead for a Push member), TLS sessions resumed (upstream.Member).
 //
 // What it reads it reads from informers: the gateway's Cluster informer, and
-// one Secret informer per namespace that a Cluster references, started
-// when a Cluster first names it (the chart grants a Role there, never
-// Secrets cluster-wide); a Secret informer keeps only the two keys read.
-// A rotated token applies to the next request. A new endpoint, CA, proxy
+// one informer on one Secret, Options.Published, by name: the copy of each
+// Cluster's impersonator token and CA that pkg/membertrust publishes. The
+// gateway never reads the Secrets Clusters name, whose secretRef one holds a
+// member ServiceAccount's cluster-admin token beside the CA: its RBAC names
+// the published Secret alone. A rotated token applies to the next request. A new endpoint, CA, proxy
 // or TLS setting rebuilds the member's pools and closes every connection
 // of the old ones, open streams included: they were trusted on what no
 // longer holds. A deleted Cluster closes its connections likewise.
@@ -48,6 +49,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -62,7 +64,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -70,15 +74,9 @@ import (
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/membertrust"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/upstream"
-)
-
-// Keys of Karmada's cluster Secrets (clusterapis.SecretTokenKey,
-// SecretCADataKey).
-const (
-	secretTokenKey  = "token"
-	secretCADataKey = "caBundle"
 )
 
 // DefaultSecretSyncTimeout is Options.SecretSyncTimeout's default.
@@ -89,9 +87,11 @@ type Options struct {
 	// Clusters is the gateway's Cluster informer (pkg/karmada), holding
 	// *karmada.Cluster.
 	Clusters cache.SharedIndexInformer
-	// Client reads the Secrets Clusters reference, with the gateway's own
-	// identity.
+	// Client reads Published, with the gateway's own identity.
 	Client kubernetes.Interface
+	// Published is the Secret pkg/membertrust publishes the members'
+	// tokens and CAs in.
+	Published types.NamespacedName
 	// Resync is the Secret informers' resync period.
 	Resync time.Duration
 	// Dial makes the connections to members and their proxies; nil is a
@@ -100,9 +100,9 @@ type Options struct {
 	// Metrics receives the member connection metrics; nil records into a
 	// private registry.
 	Metrics *metrics.Metrics
-	// SecretSyncTimeout bounds how long a request waits for a Secret
-	// informer that has not listed its namespace yet (just started, or
-	// refused); 0 is DefaultSecretSyncTimeout.
+	// SecretSyncTimeout bounds how long a request waits for the Published
+	// informer that has not listed it yet (just started, or refused); 0 is
+	// DefaultSecretSyncTimeout.
 	SecretSyncTimeout time.Duration
 }
 
@@ -111,14 +111,13 @@ type Members struct {
 	opts Options
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	mu      sync.Mutex
-	ctx     context.Context // for Secret informers started on demand
-	secrets map[string]cache.SharedIndexInformer
-	members map[string]*entry
-	// listErrs is each Secret informer's last list or watch error, which
-	// a request waiting for it is told (a namespace the gateway may not
-	// read is a 503 saying so, not a bare timeout).
-	listErrs map[string]error
+	mu        sync.Mutex
+	published cache.SharedIndexInformer // nil before Start
+	members   map[string]*entry
+	// listErr is the Published informer's last list or watch error, which
+	// a request waiting for it is told (a Secret the gateway may not read
+	// is a 503 saying so, not a bare timeout).
+	listErr error
 }
 
 // entry is one member's pools, built for one configuration (key).
@@ -133,8 +132,8 @@ type entry struct {
 
 // New is Members reading opts.Clusters; Start starts its Secret informers.
 func New(opts Options) (*Members, error) {
-	if opts.Clusters == nil || opts.Client == nil {
-		return nil, errors.New("memberaccess: a Cluster informer and a client are required")
+	if opts.Clusters == nil || opts.Client == nil || opts.Published.Namespace == "" || opts.Published.Name == "" {
+		return nil, errors.New("memberaccess: a Cluster informer, a client and the published Secret's namespace and name are required")
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(prometheus.NewRegistry())
@@ -142,7 +141,7 @@ func New(opts Options) (*Members, error) {
 	if opts.SecretSyncTimeout <= 0 {
 		opts.SecretSyncTimeout = DefaultSecretSyncTimeout
 	}
-	m := &Members{opts: opts, dial: opts.Dial, secrets: map[string]cache.SharedIndexInformer{}, members: map[string]*entry{}, listErrs: map[string]error{}}
+	m := &Members{opts: opts, dial: opts.Dial, members: map[string]*entry{}}
 	if m.dial == nil {
 		m.dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
@@ -157,15 +156,30 @@ func New(opts Options) (*Members, error) {
 	return m, nil
 }
 
-// Start lets Members start Secret informers until ctx ends; those for the
-// namespaces Clusters already name start now.
+// Start reads the published Secret until ctx ends.
 func (m *Members) Start(ctx context.Context) {
+	name := m.opts.Published.Name
+	factory := informers.NewSharedInformerFactoryWithOptions(m.opts.Client, m.opts.Resync, informers.WithNamespace(m.opts.Published.Namespace),
+		// RBAC's resourceNames allow a list and watch of one name only.
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	inf := factory.Core().V1().Secrets().Informer()
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		m.mu.Lock()
+		m.listErr = err
+		m.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { m.publishedChanged() },
+		UpdateFunc: func(_, _ any) { m.publishedChanged() },
+		DeleteFunc: func(any) { m.publishedChanged() },
+	})
 	m.mu.Lock()
-	m.ctx = ctx
+	m.published = inf
 	m.mu.Unlock()
-	for _, obj := range m.opts.Clusters.GetStore().List() {
-		m.clusterChanged(obj)
-	}
+	go inf.Run(ctx.Done())
 }
 
 // Started reports whether Start ran: before it, no Secret is read and
@@ -173,71 +187,14 @@ func (m *Members) Start(ctx context.Context) {
 func (m *Members) Started() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ctx != nil
+	return m.published != nil
 }
 
-// secretInformer is the informer of namespace's Secrets, started now if it
-// was not.
-func (m *Members) secretInformer(namespace string) cache.SharedIndexInformer {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if inf, ok := m.secrets[namespace]; ok {
-		return inf
-	}
-	if m.ctx == nil {
-		return nil
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(m.opts.Client, m.opts.Resync, informers.WithNamespace(namespace))
-	inf := factory.Core().V1().Secrets().Informer()
-	_ = inf.SetTransform(trimSecret)
-	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		m.mu.Lock()
-		m.listErrs[namespace] = err
-		m.mu.Unlock()
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	})
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { m.secretChanged(obj) },
-		UpdateFunc: func(_, obj any) { m.secretChanged(obj) },
-		DeleteFunc: func(obj any) { m.secretChanged(obj) },
-	})
-	m.secrets[namespace] = inf
-	go inf.Run(m.ctx.Done())
-	return inf
-}
-
-// trimSecret keeps of a Secret only what is read: its name and the token
-// and CA keys. The other keys of a cluster's Secret never enter the cache.
-func trimSecret(obj any) (any, error) {
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil
-	}
-	out := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, ResourceVersion: s.ResourceVersion, UID: s.UID}}
-	for _, k := range []string{secretTokenKey, secretCADataKey} {
-		if v, ok := s.Data[k]; ok {
-			if out.Data == nil {
-				out.Data = map[string][]byte{}
-			}
-			out.Data[k] = v
-		}
-	}
-	return out, nil
-}
-
-// clusterChanged starts the Secret informers a Cluster needs and rebuilds
-// its member if it was built.
+// clusterChanged rebuilds a Cluster's member if it was built.
 func (m *Members) clusterChanged(obj any) {
-	c, ok := obj.(*karmada.Cluster)
-	if !ok {
-		return
+	if c, ok := obj.(*karmada.Cluster); ok {
+		m.refresh(c.Name)
 	}
-	for _, ref := range []*karmada.LocalSecretRef{c.Spec.SecretRef, c.Spec.ImpersonatorSecretRef} {
-		if ref != nil && ref.Namespace != "" {
-			m.secretInformer(ref.Namespace)
-		}
-	}
-	m.refresh(c.Name)
 }
 
 func (m *Members) clusterDeleted(obj any) {
@@ -248,49 +205,46 @@ func (m *Members) clusterDeleted(obj any) {
 	if !ok {
 		return
 	}
+	m.drop(c.Name, "cluster_deleted", "Cluster deleted: closing its direct connections")
+}
+
+// drop forgets cluster's member and closes its connections, open streams
+// included, counting why.
+func (m *Members) drop(cluster, reason, msg string, kv ...any) {
 	m.mu.Lock()
-	e := m.members[c.Name]
-	delete(m.members, c.Name)
+	e := m.members[cluster]
+	delete(m.members, cluster)
 	m.mu.Unlock()
 	if e != nil {
-		klog.Background().Info("Cluster deleted: closing its direct connections", "cluster", c.Name, "connections", e.conns.len())
-		m.opts.Metrics.MemberTransportRebuildsTotal.WithLabelValues(c.Name, "cluster_deleted").Inc()
+		klog.Background().Info(msg, append([]any{"cluster", cluster, "connections", e.conns.len()}, kv...)...)
+		m.opts.Metrics.MemberTransportRebuildsTotal.WithLabelValues(cluster, reason).Inc()
 		e.close()
 	}
 }
 
-// secretChanged rebuilds the members whose Cluster references the Secret.
-func (m *Members) secretChanged(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return
-	}
-	for _, o := range m.opts.Clusters.GetStore().List() {
-		c, ok := o.(*karmada.Cluster)
-		if !ok {
-			continue
-		}
-		for _, ref := range []*karmada.LocalSecretRef{c.Spec.SecretRef, c.Spec.ImpersonatorSecretRef} {
-			if ref != nil && ref.Namespace == s.Namespace && ref.Name == s.Name {
-				m.refresh(c.Name)
-				break
-			}
-		}
+// publishedChanged rebuilds every member built whose token, CA or
+// absence from the published Secret changed.
+func (m *Members) publishedChanged() {
+	m.mu.Lock()
+	built := slices.Collect(maps.Keys(m.members))
+	m.mu.Unlock()
+	for _, cluster := range built {
+		m.refresh(cluster)
 	}
 }
 
 // refresh rebuilds cluster's member if one was built and what it was built
-// on changed; a member not built yet is built at its first request.
+// on changed; a member not built yet is built at its first request. A
+// change that leaves the Cluster unusable (no impersonatorSecretRef, no
+// token or CA published, an endpoint or proxy URL that does not parse)
+// closes what was built: it was trusted on what no longer holds.
 func (m *Members) refresh(cluster string) {
 	m.mu.Lock()
 	_, built := m.members[cluster]
 	m.mu.Unlock()
 	if built {
 		if _, err := m.member(context.Background(), cluster, false); err != nil {
-			klog.Background().V(2).Info("Member not reachable directly after its Cluster or Secret changed", "cluster", cluster, "err", err)
+			m.drop(cluster, "cluster_unusable", "Cluster no longer reachable directly: closing its direct connections", "err", err)
 		}
 	}
 }
@@ -372,24 +326,28 @@ func (m *Members) member(ctx context.Context, cluster string, wait bool) (*Membe
 	if c.Spec.APIEndpoint == "" || err != nil || base.Host == "" {
 		return nil, unavailable(cluster, fmt.Sprintf("API endpoint of cluster %s is missing or not a URL", cluster))
 	}
-	tokenSecret, err := m.secret(ctx, c.Spec.ImpersonatorSecretRef, wait)
+	published, err := m.publishedData(ctx, wait)
 	if err != nil {
-		return nil, unavailable(cluster, fmt.Sprintf("the impersonator Secret of cluster %s: %v", cluster, err))
+		return nil, unavailable(cluster, err.Error())
 	}
-	token := string(tokenSecret.Data[secretTokenKey])
+	token := string(published[membertrust.TokenOf(cluster)])
 	if token == "" {
-		return nil, unavailable(cluster, fmt.Sprintf("the impersonate token of cluster %s is empty", cluster))
+		return nil, unavailable(cluster, fmt.Sprintf("no impersonator token of cluster %s is published in Secret %s "+
+			"(gateway member-trust publishes the token of the Secret %s/%s, the Cluster's impersonatorSecretRef)",
+			cluster, m.opts.Published, c.Spec.ImpersonatorSecretRef.Namespace, c.Spec.ImpersonatorSecretRef.Name))
 	}
 	// nil trusts the system roots, as Karmada does for a Cluster without
 	// secretRef; with one, only its caBundle, none when it has none
 	// (GetTLSConfigForCluster).
 	var caBundle []byte
 	if c.Spec.SecretRef != nil {
-		s, err := m.secret(ctx, c.Spec.SecretRef, wait)
-		if err != nil {
-			return nil, unavailable(cluster, fmt.Sprintf("the Secret of cluster %s: %v", cluster, err))
+		v, ok := published[membertrust.CABundleOf(cluster)]
+		if !ok {
+			return nil, unavailable(cluster, fmt.Sprintf("no CA of cluster %s is published in Secret %s "+
+				"(gateway member-trust publishes the caBundle of the Secret %s/%s, the Cluster's secretRef)",
+				cluster, m.opts.Published, c.Spec.SecretRef.Namespace, c.Spec.SecretRef.Name))
 		}
-		caBundle = append([]byte{}, s.Data[secretCADataKey]...)
+		caBundle = append([]byte{}, v...)
 	}
 	var proxy *url.URL
 	if c.Spec.ProxyURL != "" {
@@ -440,7 +398,7 @@ func (m *Members) build(c *karmada.Cluster, base *url.URL, caBundle []byte, prox
 	for _, result := range []string{"success", "error"} {
 		dials.WithLabelValues(c.Name, result)
 	}
-	for _, reason := range []string{"config_changed", "cluster_deleted"} {
+	for _, reason := range []string{"config_changed", "cluster_deleted", "cluster_unusable"} {
 		m.opts.Metrics.MemberTransportRebuildsTotal.WithLabelValues(c.Name, reason)
 	}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -450,7 +408,7 @@ func (m *Members) build(c *karmada.Cluster, base *url.URL, caBundle []byte, prox
 			return nil, err
 		}
 		dials.WithLabelValues(c.Name, "success").Inc()
-		return conns.add(conn), nil
+		return conns.add(conn)
 	}
 	e := &entry{key: key, conns: conns, member: upstream.NewMember(upstream.MemberOptions{
 		Base: base, TLS: tc, Proxy: proxy, ProxyHeader: ProxyHeader(c.Spec.ProxyHeader), Dial: dial,
@@ -507,35 +465,36 @@ func configKey(c *karmada.Cluster, caBundle []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// secret is the Secret ref names, from its namespace's informer, waiting
-// (if wait) up to Options.SecretSyncTimeout, within ctx, for an informer
-// that has not listed its namespace.
-func (m *Members) secret(ctx context.Context, ref *karmada.LocalSecretRef, wait bool) (*corev1.Secret, error) {
-	inf := m.secretInformer(ref.Namespace)
+// publishedData is the published Secret's data, waiting (if wait) up to
+// Options.SecretSyncTimeout, within ctx, for its informer to list it.
+func (m *Members) publishedData(ctx context.Context, wait bool) (map[string][]byte, error) {
+	m.mu.Lock()
+	inf := m.published
+	m.mu.Unlock()
 	if inf == nil {
-		return nil, errors.New("Secrets are not read yet")
+		return nil, errors.New("the published Secret is not read yet")
 	}
 	if !inf.HasSynced() {
 		if !wait {
-			return nil, errors.New("Secrets of its namespace are not read yet")
+			return nil, errors.New("the published Secret is not read yet")
 		}
 		ctx, cancel := context.WithTimeout(ctx, m.opts.SecretSyncTimeout)
 		defer cancel()
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 			m.mu.Lock()
-			lastErr := m.listErrs[ref.Namespace]
+			lastErr := m.listErr
 			m.mu.Unlock()
 			if lastErr != nil {
-				return nil, fmt.Errorf("Secrets of namespace %s could not be read: %w", ref.Namespace, lastErr)
+				return nil, fmt.Errorf("Secret %s could not be read: %w", m.opts.Published, lastErr)
 			}
-			return nil, fmt.Errorf("Secrets of namespace %s were not read within %s", ref.Namespace, m.opts.SecretSyncTimeout)
+			return nil, fmt.Errorf("Secret %s was not read within %s", m.opts.Published, m.opts.SecretSyncTimeout)
 		}
 	}
-	obj, exists, err := inf.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
+	obj, exists, err := inf.GetStore().GetByKey(m.opts.Published.String())
 	if err != nil || !exists {
-		return nil, fmt.Errorf("Secret %s/%s not found", ref.Namespace, ref.Name)
+		return nil, fmt.Errorf("Secret %s, where gateway member-trust publishes the members' tokens and CAs, does not exist", m.opts.Published)
 	}
-	return obj.(*corev1.Secret), nil
+	return obj.(*corev1.Secret).Data, nil
 }
 
 // unavailable is the 503 a request to cluster gets when the gateway cannot
@@ -549,16 +508,27 @@ func unavailable(cluster, msg string) error {
 type connSet struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
-	open  prometheus.Gauge // the cluster's MemberConnections
+	// closed: the set was closed, and a connection dialed after (by a
+	// request that took its Member before) is closed at once.
+	closed bool
+	open   prometheus.Gauge // the cluster's MemberConnections
 }
 
-func (s *connSet) add(c net.Conn) net.Conn {
+// errRebuilt is a dial on pools closed since the request took them.
+var errRebuilt = errors.New("the member's endpoint, TLS, proxy or credentials changed while the request was checked; try again")
+
+func (s *connSet) add(c net.Conn) (net.Conn, error) {
 	tc := &trackedConn{Conn: c, set: s}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = c.Close()
+		return nil, errRebuilt
+	}
 	s.conns[tc] = struct{}{}
 	s.mu.Unlock()
 	s.open.Inc()
-	return tc
+	return tc, nil
 }
 
 func (s *connSet) len() int {
@@ -569,6 +539,7 @@ func (s *connSet) len() int {
 
 func (s *connSet) closeAll() {
 	s.mu.Lock()
+	s.closed = true
 	conns := slices.Collect(func(yield func(net.Conn) bool) {
 		for c := range s.conns {
 			if !yield(c) {

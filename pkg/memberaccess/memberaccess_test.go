@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -34,6 +35,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada/karmadatest"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/membertrust"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
@@ -89,12 +91,18 @@ func (ms *memberServer) last(t *testing.T) *http.Request {
 }
 
 type harness struct {
-	dyn  *dynamicfake.FakeDynamicClient
-	kube *kubefake.Clientset
-	inf  *karmada.Informers
-	m    *Members
-	met  *metrics.Metrics
+	dyn *dynamicfake.FakeDynamicClient
+	// kube holds the Secrets Clusters name, which the member-trust
+	// controller reads; gatewayKube is what Members reads, where only the
+	// published Secret is (a copy of what the controller writes in kube).
+	kube, gatewayKube *kubefake.Clientset
+	inf               *karmada.Informers
+	m                 *Members
+	met               *metrics.Metrics
 }
+
+// published is where the harness's member-trust controller publishes.
+var published = types.NamespacedName{Namespace: secretNS, Name: "karmada-exec-gateway-member-trust"}
 
 func cluster(name, endpoint string) *karmada.Cluster {
 	return &karmada.Cluster{
@@ -117,15 +125,17 @@ func secret(name string, data map[string]string) *corev1.Secret {
 
 var clusterGVK = karmada.ClusterGVR.GroupVersion().WithKind("Cluster")
 
-// newHarness runs Members as cmd/gateway builds it: on karmada.NewInformers'
-// Cluster informer and a clientset for Secrets.
+// newHarness runs Members as cmd/gateway builds it (on karmada.NewInformers'
+// Cluster informer and a clientset reading the published Secret), and
+// pkg/membertrust's controller as gateway member-trust does, publishing
+// from the Secrets the Clusters name.
 func newHarness(t *testing.T, clusters []*karmada.Cluster, secrets ...*corev1.Secret) *harness {
 	t.Helper()
 	return newHarnessWith(t, nil, clusters, secrets...)
 }
 
-// newHarnessWith is newHarness whose clientset first runs react, and whose
-// requests wait at most a second for a Secret informer.
+// newHarnessWith is newHarness whose gateway's clientset first runs react,
+// and whose requests wait at most a second for the published Secret.
 func newHarnessWith(t *testing.T, react k8stesting.ReactionFunc, clusters []*karmada.Cluster, secrets ...*corev1.Secret) *harness {
 	t.Helper()
 	scheme := metadatafake.NewTestScheme()
@@ -145,15 +155,45 @@ func newHarnessWith(t *testing.T, react k8stesting.ReactionFunc, clusters []*kar
 		secretObjs = append(secretObjs, s)
 	}
 	kube := kubefake.NewClientset(secretObjs...)
+	gatewayKube := kubefake.NewClientset()
 	if react != nil {
-		kube.PrependReactor("*", "secrets", react)
+		gatewayKube.PrependReactor("*", "secrets", react)
 	}
+	// What the controller writes of the published Secret, the gateway's
+	// clientset holds too.
+	kube.PrependReactor("*", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() != published.Namespace {
+			return false, nil, nil
+		}
+		// An update is a CreateAction too (the same methods): the verb
+		// tells them apart.
+		w, ok := a.(k8stesting.CreateAction)
+		if !ok {
+			return false, nil, nil
+		}
+		s, ok := w.GetObject().(*corev1.Secret)
+		if !ok || s.Name != published.Name {
+			return false, nil, nil
+		}
+		switch a.GetVerb() {
+		case "create":
+			_ = gatewayKube.Tracker().Add(s.DeepCopy())
+		case "update":
+			_ = gatewayKube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("secrets"), s.DeepCopy(), s.Namespace)
+		}
+		return false, nil, nil
+	})
 	inf, err := karmada.NewInformers(karmada.InformersOptions{Metadata: metadatafake.NewSimpleMetadataClient(scheme), Dynamic: dyn})
 	if err != nil {
 		t.Fatal(err)
 	}
 	met := metrics.New(prometheus.NewRegistry())
-	m, err := New(Options{Clusters: inf.Clusters, Client: kube, Metrics: met, SecretSyncTimeout: time.Second})
+	m, err := New(Options{Clusters: inf.Clusters, Client: gatewayKube, Published: published, Metrics: met, SecretSyncTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trustClusters := karmada.NewClusterInformer(dyn, 0)
+	trust, err := membertrust.New(membertrust.Options{Clusters: trustClusters, Client: kube, Published: published, CallTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +203,17 @@ func newHarnessWith(t *testing.T, react k8stesting.ReactionFunc, clusters []*kar
 	if !inf.WaitForCacheSync(ctx) {
 		t.Fatal("informers did not sync")
 	}
+	go trustClusters.Run(ctx.Done())
+	go func() { _ = trust.Run(ctx) }()
+	// The first publication holds what the Secrets held at the start.
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, err := gatewayKube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("secrets"), published.Namespace, published.Name)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the member-trust controller published nothing")
+	}
 	m.Start(ctx)
-	return &harness{dyn: dyn, kube: kube, inf: inf, m: m, met: met}
+	return &harness{dyn: dyn, kube: kube, gatewayKube: gatewayKube, inf: inf, m: m, met: met}
 }
 
 // pushMember is a Push member: its Secret holds the CA, the
@@ -314,9 +363,9 @@ func TestMemberRefusals(t *testing.T) {
 		{"absent", 404, `clusters.cluster.karmada.io "absent" not found`},
 		// Karmada's own words.
 		{"noimp", 503, "the impersonatorSecretRef of cluster noimp is nil"},
-		{"nosecret", 503, "Secret karmada-cluster/nosecret-impersonator not found"},
+		{"nosecret", 503, "no impersonator token of cluster nosecret is published in Secret karmada-cluster/karmada-exec-gateway-member-trust (gateway member-trust publishes the token of the Secret karmada-cluster/nosecret-impersonator"},
 		{"badproxy", 503, "the proxyURL of cluster badproxy does not parse"},
-		{"emptytoken", 503, "the impersonate token of cluster emptytoken is empty"},
+		{"emptytoken", 503, "no impersonator token of cluster emptytoken is published"},
 	} {
 		t.Run(tt.cluster, func(t *testing.T) {
 			_, err := h.m.Member(context.Background(), tt.cluster)
@@ -419,6 +468,33 @@ func TestChangedTrustClosesWhatWasBuiltOnIt(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "cluster_deleted"},
+		// Changes that leave the Cluster unusable close what was built on
+		// it too: they used to leave its pools and open streams up.
+		{"impersonatorSecretRef removed", func(t *testing.T, h *harness, ms *memberServer) {
+			c := cluster("member1", ms.URL)
+			c.Spec.ImpersonatorSecretRef = nil
+			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "cluster_unusable"},
+		{"impersonator Secret deleted", func(t *testing.T, h *harness, ms *memberServer) {
+			if err := h.kube.CoreV1().Secrets(secretNS).Delete(context.Background(), "member1-impersonator", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "cluster_unusable"},
+		{"impersonator token emptied", func(t *testing.T, h *harness, ms *memberServer) {
+			_, err := h.kube.CoreV1().Secrets(secretNS).Update(context.Background(),
+				secret("member1-impersonator", map[string]string{"token": ""}), metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, "cluster_unusable"},
+		{"endpoint unparsable", func(t *testing.T, h *harness, ms *memberServer) {
+			c := cluster("member1", "https://[::1")
+			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "cluster_unusable"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ms, h := pushMember(t, "member1")
@@ -436,6 +512,37 @@ func TestChangedTrustClosesWhatWasBuiltOnIt(t *testing.T) {
 				return testutil.ToFloat64(h.met.MemberConnections.WithLabelValues("member1")) == 0
 			})
 		})
+	}
+}
+
+// TestMemberTakenBeforeARebuildDialsNothing: a request that took its
+// Member before the pools were rebuilt (the SubjectAccessReview sits
+// between the lookup and the dial) cannot open a connection on the old
+// endpoint, CA or proxy, which nothing would ever close.
+func TestMemberTakenBeforeARebuildDialsNothing(t *testing.T) {
+	ms, h := pushMember(t, "member1")
+	before := h.member(t, "member1")
+	c := cluster("member1", strings.Replace(ms.URL, "127.0.0.1", "localhost", 1))
+	if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rebuild", func() bool {
+		return testutil.ToFloat64(h.met.MemberTransportRebuildsTotal.WithLabelValues("member1", "config_changed")) == 1
+	})
+	req, err := http.NewRequest(http.MethodGet, before.Base.String()+"/version", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, upgrade := range []bool{false, true} {
+		if res, err := before.For(upgrade).RoundTrip(req); err == nil || !strings.Contains(err.Error(), "changed while the request was checked") {
+			if err == nil {
+				res.Body.Close()
+			}
+			t.Errorf("upgrade %v on the old pools: %v; want the dial refused", upgrade, err)
+		}
+	}
+	if got := testutil.ToFloat64(h.met.MemberConnections.WithLabelValues("member1")); got != 0 {
+		t.Errorf("%v connections open on the old pools", got)
 	}
 }
 
@@ -571,29 +678,46 @@ func TestProxyCredentialsNeverInErrors(t *testing.T) {
 	}
 }
 
-func TestSecretsReadOnlyInReferencedNamespacesAndTrimmed(t *testing.T) {
+// TestGatewayReadsOnlyThePublishedSecret: Members reads one Secret, the
+// published one, by name (a list and watch with a metadata.name field
+// selector, which RBAC resourceNames allow), never a Secret the Clusters
+// name; what it holds is each Cluster's impersonator token and CA, and not
+// the token of a Push member's secretRef Secret (a member ServiceAccount
+// bound to */*/*) nor any other key.
+func TestGatewayReadsOnlyThePublishedSecret(t *testing.T) {
 	_, h := pushMember(t, "member1")
 	h.member(t, "member1")
-	for _, a := range h.kube.Actions() {
+	for _, a := range h.gatewayKube.Actions() {
 		if a.GetResource().Resource != "secrets" {
+			t.Errorf("the gateway read %s", a.GetResource())
 			continue
 		}
-		if a.GetNamespace() != secretNS {
-			t.Errorf("%s secrets in namespace %q: only %s, which Clusters name, may be read", a.GetVerb(), a.GetNamespace(), secretNS)
+		l, ok := a.(k8stesting.ListAction)
+		fieldSel := ""
+		if ok {
+			fieldSel = l.GetListRestrictions().Fields.String()
+		} else if w, ok := a.(k8stesting.WatchAction); ok {
+			fieldSel = w.GetWatchRestrictions().Fields.String()
 		}
-		if a.GetVerb() != "list" && a.GetVerb() != "watch" {
-			t.Errorf("secrets %s: only an informer's list and watch", a.GetVerb())
+		if a.GetNamespace() != published.Namespace || (a.GetVerb() != "list" && a.GetVerb() != "watch") || fieldSel != "metadata.name="+published.Name {
+			t.Errorf("the gateway %s secrets in %q with field selector %q; want only a list and watch of %s by name", a.GetVerb(), a.GetNamespace(), fieldSel, published)
 		}
 	}
-	for _, inf := range h.m.secrets {
-		for _, obj := range inf.GetStore().List() {
-			s := obj.(*corev1.Secret)
-			for k := range s.Data {
-				if k != "token" && k != "caBundle" {
-					t.Errorf("Secret %s keeps key %q in the cache", s.Name, k)
-				}
-			}
+	data, err := h.m.publishedData(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"member1.token": "impersonator-token", "member1.caBundle": "-----BEGIN CERTIFICATE-----"}
+	for k, v := range data {
+		if w, ok := want[k]; !ok || !strings.HasPrefix(string(v), w) {
+			t.Errorf("the gateway holds %s = %.30q", k, v)
 		}
+		if strings.Contains(string(v), "karmada-agent-token") {
+			t.Errorf("the gateway holds the secretRef Secret's token in %s", k)
+		}
+	}
+	if len(data) != len(want) {
+		t.Errorf("the gateway holds %d keys, want %v", len(data), want)
 	}
 }
 
@@ -609,10 +733,9 @@ func TestProxyHeaderParsing(t *testing.T) {
 	}
 }
 
-// TestUnreadableSecretsNamespace: a Cluster naming a namespace whose
-// Secrets the gateway may not read gets a 503 that says so, once the wait
-// for them is over.
-func TestUnreadableSecretsNamespace(t *testing.T) {
+// TestUnreadablePublishedSecret: a published Secret the gateway may not
+// read gets a 503 that says so, once the wait for it is over.
+func TestUnreadablePublishedSecret(t *testing.T) {
 	ms := newMemberServer(t)
 	forbidden := func(a k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "",
@@ -622,9 +745,9 @@ func TestUnreadableSecretsNamespace(t *testing.T) {
 	_, err := h.m.Member(context.Background(), "member1")
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) || status.Status().Code != 503 ||
-		!strings.Contains(status.Status().Message, "Secrets of namespace karmada-cluster could not be read") ||
+		!strings.Contains(status.Status().Message, "Secret karmada-cluster/karmada-exec-gateway-member-trust could not be read") ||
 		!strings.Contains(status.Status().Message, "forbidden") {
-		t.Errorf("err = %v, want a 503 naming the refused namespace", err)
+		t.Errorf("err = %v, want a 503 naming the refused Secret", err)
 	}
 }
 
@@ -634,7 +757,7 @@ func TestUnreadableSecretsNamespace(t *testing.T) {
 func TestNotStartedRefuses(t *testing.T) {
 	ms := newMemberServer(t)
 	h := newHarness(t, []*karmada.Cluster{cluster("member1", ms.URL)})
-	m, err := New(Options{Clusters: h.inf.Clusters, Client: h.kube})
+	m, err := New(Options{Clusters: h.inf.Clusters, Client: h.gatewayKube, Published: published})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,8 @@ type Metrics struct {
 	// MemberTransportRebuildsTotal counts the times a member's connections
 	// were closed because what they were trusted on changed, by cluster and
 	// reason: "config_changed" (endpoint, CA, TLS or proxy of its Cluster or
-	// Secret), "cluster_deleted".
+	// Secret), "cluster_deleted", "cluster_unusable" (its Cluster or
+	// published token or CA no longer lets it be reached).
 	MemberTransportRebuildsTotal *prometheus.CounterVec
 }
 
@@ -218,7 +219,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"cluster", "result"}),
 		MemberTransportRebuildsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "member_transport_rebuilds_total",
-			Help: "Times a member's direct connections were all closed, by cluster and reason (config_changed, cluster_deleted).",
+			Help: "Times a member's direct connections were all closed, by cluster and reason (config_changed, cluster_deleted, cluster_unusable).",
 		}, []string{"cluster", "reason"}),
 	}
 	// The routes a member can cut start at 0: a cut is rare, and a series

@@ -22,6 +22,17 @@ app.kubernetes.io/name: {{ include "gateway.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The member-trust pods' labels: another name, so that nothing selecting the gateway's pods selects them. */}}
+{{- define "gateway.memberTrustSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gateway.name" . }}-member-trust
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* namespace/name of the Secret member-trust publishes in and the gateway reads (direct member access). */}}
+{{- define "gateway.memberTrustSecret" -}}
+{{- printf "%s/%s-member-trust" .Values.memberAccess.memberTrust.secretNamespace (include "gateway.fullname" .) -}}
+{{- end -}}
+
 {{- define "gateway.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "gateway.selectorLabels" . }}
@@ -88,7 +99,12 @@ app.kubernetes.io/part-of: karmada-exec-gateway
 
 {{/* RBAC subjects for the gateway's identity in karmada-apiserver (and, through the cluster proxy's impersonation, in members). */}}
 {{- define "gateway.identitySubjects" -}}
-{{- $id := .Values.karmada.identity -}}
+{{- include "gateway.subjectsOf" .Values.karmada.identity -}}
+{{- end -}}
+
+{{/* RBAC subjects for an identity: {user, groups, serviceAccount: {name, namespace}}. */}}
+{{- define "gateway.subjectsOf" -}}
+{{- $id := . -}}
 {{- if $id.user }}
 - apiGroup: rbac.authorization.k8s.io
   kind: User

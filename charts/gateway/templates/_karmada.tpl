@@ -113,15 +113,74 @@ subjects:
   {{- include "gateway.serviceAccountGroupSubjects" . | indent 2 }}
 {{- end }}
 {{- if $direct }}
-{{- range .Values.memberAccess.secretNamespaces }}
+{{- $trust := .Values.memberAccess.memberTrust }}
+{{- $published := printf "%s-member-trust" $name }}
 ---
-# direct member access: the Secrets Clusters name in {{ . }} (their caBundle
-# and impersonator token), read by informers (list and watch cannot be
-# narrowed to names). Never Secrets cluster-wide.
+# direct member access: the gateway reads one Secret, by name: the members'
+# impersonator tokens and CAs that the member-trust Deployment publishes. Never
+# the Secrets the Clusters name, whose secretRef one holds a member
+# ServiceAccount's cluster-admin token beside the CA.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
-  name: {{ $name }}-member-secrets
+  name: {{ $name }}-member-trust-secret
+  namespace: {{ $trust.secretNamespace }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+rules:
+  # list and watch by name: an informer with a metadata.name field selector
+  - apiGroups: [""]
+    resources: [secrets]
+    resourceNames: [{{ $published }}]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}-member-trust-secret
+  namespace: {{ $trust.secretNamespace }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}-member-trust-secret
+subjects:
+  {{- include "gateway.identitySubjects" $ | indent 2 }}
+---
+# member-trust follows the Clusters, reads the Secrets they name and publishes
+# their tokens and CAs (the Roles below).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}-member-trust
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+rules:
+  - apiGroups: [cluster.karmada.io]
+    resources: [clusters]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}-member-trust
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}-member-trust
+subjects:
+  {{- include "gateway.subjectsOf" $trust.identity | indent 2 }}
+{{- range .Values.memberAccess.secretNamespaces }}
+---
+# member-trust reads the Secrets the Clusters name in {{ . }} (never Secrets
+# cluster-wide).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}-member-trust-read
   namespace: {{ . }}
   labels:
     {{- include "gateway.labels" $ | nindent 4 }}
@@ -133,17 +192,48 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
-  name: {{ $name }}-member-secrets
+  name: {{ $name }}-member-trust-read
   namespace: {{ . }}
   labels:
     {{- include "gateway.labels" $ | nindent 4 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
-  name: {{ $name }}-member-secrets
+  name: {{ $name }}-member-trust-read
 subjects:
-  {{- include "gateway.identitySubjects" $ | indent 2 }}
+  {{- include "gateway.subjectsOf" $trust.identity | indent 2 }}
 {{- end }}
+---
+# member-trust publishes the tokens and CAs (a create cannot be narrowed to a name).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}-member-trust-publish
+  namespace: {{ $trust.secretNamespace }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [create]
+  - apiGroups: [""]
+    resources: [secrets]
+    resourceNames: [{{ $published }}]
+    verbs: [get, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}-member-trust-publish
+  namespace: {{ $trust.secretNamespace }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}-member-trust-publish
+subjects:
+  {{- include "gateway.subjectsOf" $trust.identity | indent 2 }}
 {{- end }}
 {{- if include "gateway.leaseNeeded" . }}
 ---

@@ -1,5 +1,6 @@
 // Package memberaccesstest builds memberaccess.Members for other packages'
-// tests: real Members, reading Clusters and Secrets given up front.
+// tests: real Members, reading Clusters given up front and the Secret
+// gateway member-trust would publish for them.
 package memberaccesstest
 
 import (
@@ -10,17 +11,23 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	fcache "k8s.io/client-go/tools/cache/testing"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/membertrust"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 )
 
-// SecretNamespace holds the members' Secrets, as karmadactl join puts them.
+// SecretNamespace holds the members' Secrets, as karmadactl join puts them,
+// and the published one.
 const SecretNamespace = "karmada-cluster"
+
+// Published is the Secret the Members read.
+var Published = types.NamespacedName{Namespace: SecretNamespace, Name: "karmada-exec-gateway-member-trust"}
 
 // Member is a member cluster as its Cluster object and Secrets describe
 // it.
@@ -41,7 +48,7 @@ type Member struct {
 func New(t testing.TB, met *metrics.Metrics, members ...Member) *memberaccess.Members {
 	t.Helper()
 	source := fcache.NewFakeControllerSource()
-	var secrets []*corev1.Secret
+	published := map[string][]byte{}
 	for _, m := range members {
 		c := &karmada.Cluster{ObjectMeta: metav1.ObjectMeta{Name: m.Name}, Spec: karmada.ClusterSpec{
 			APIEndpoint: m.Server.URL,
@@ -49,21 +56,16 @@ func New(t testing.TB, met *metrics.Metrics, members ...Member) *memberaccess.Me
 			ProxyURL:    m.ProxyURL,
 		}}
 		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Server.Certificate().Raw})
-		secrets = append(secrets, secret(m.Name, map[string][]byte{"caBundle": ca}))
+		published[membertrust.CABundleOf(m.Name)] = ca
 		if !m.NoImpersonator {
 			c.Spec.ImpersonatorSecretRef = &karmada.LocalSecretRef{Namespace: SecretNamespace, Name: m.Name + "-impersonator"}
-			secrets = append(secrets, secret(m.Name+"-impersonator", map[string][]byte{"token": []byte(m.Token)}))
+			published[membertrust.TokenOf(m.Name)] = []byte(m.Token)
 		}
 		source.Add(c)
 	}
 	clusters := cache.NewSharedIndexInformer(source, &karmada.Cluster{}, 0, cache.Indexers{})
-	kube := kubefake.NewClientset()
-	for _, s := range secrets {
-		if err := kube.Tracker().Add(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ms, err := memberaccess.New(memberaccess.Options{Clusters: clusters, Client: kube, Metrics: met})
+	kube := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Published.Namespace, Name: Published.Name}, Data: published})
+	ms, err := memberaccess.New(memberaccess.Options{Clusters: clusters, Client: kube, Published: Published, Metrics: met})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +77,4 @@ func New(t testing.TB, met *metrics.Metrics, members ...Member) *memberaccess.Me
 	}
 	ms.Start(ctx)
 	return ms
-}
-
-func secret(name string, data map[string][]byte) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: SecretNamespace, Name: name}, Data: data}
 }
