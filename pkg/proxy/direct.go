@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
@@ -113,8 +114,12 @@ func (p *Proxy) memberCaller(ctx context.Context, r *http.Request, cluster strin
 	done := stateFrom(ctx).phases.TimeCheck("authorization")
 	caller, err := p.authorizer.AuthorizeResource(ctx, r, identity.ClusterProxyRequest(r.Method, cluster))
 	done()
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 		klog.FromContext(ctx).V(2).Info("Caller may not use the cluster's proxy", "cluster", cluster, "err", err)
+	case err != nil:
+		// karmada-apiserver did not answer the review: nothing was decided.
+		klog.FromContext(ctx).V(2).Info("Caller's use of the cluster's proxy could not be checked", "cluster", cluster, "err", err)
 	}
 	return caller, err
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/memberaccess/memberaccesstest"
@@ -226,6 +229,42 @@ func TestDirectDialsAheadOncePerUpgrade(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(h.met.MemberDialsTotal.WithLabelValues(proxytest.Cluster, "success")); got != 1 {
 				t.Errorf("member dialed %v times for one upgrade, want 1", got)
+			}
+		})
+	}
+}
+
+// TestDirectLogsSayWhatHappened: in direct mode a rewritten request is
+// logged as going to the member, not to the cluster proxy; a caller whose
+// review karmada-apiserver could not answer (it was down: the client got a
+// 503) is logged as not checked, not as refused; a refused one as refused.
+func TestDirectLogsSayWhatHappened(t *testing.T) {
+	caller := identity.Caller{Name: "bob", Groups: []string{"ci"}}
+	for _, tt := range []struct {
+		name      string
+		authz     *proxytest.Authorizer
+		code      int
+		want, not string
+	}{
+		{"served", &proxytest.Authorizer{Caller: caller}, http.StatusOK,
+			`Rewriting to the member cluster namespace="ci" pod="p" subresource="log" cluster="member1" upstream="the kube-apiserver of member cluster \"member1\""`, "cluster proxy"},
+		{"review unanswered", &proxytest.Authorizer{Caller: caller, Deny: apierrors.NewServiceUnavailable("karmada-apiserver did not answer")}, http.StatusServiceUnavailable,
+			"Caller's use of the cluster's proxy could not be checked", "may not use"},
+		{"refused", &proxytest.Authorizer{Caller: caller, Deny: apierrors.NewForbidden(schema.GroupResource{Group: "cluster.karmada.io", Resource: "clusters/proxy"}, "member1", errors.New("no"))}, http.StatusForbidden,
+			"Caller may not use the cluster's proxy", "could not be checked"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newDirectHarness(t, AuthPassthrough, tt.authz)
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(4), ktesting.BufferLogs(true)))
+			rec := httptest.NewRecorder()
+			req := proxytest.RawRequest(t, http.MethodGet, "/api/v1/namespaces/ci/pods/p/log", callerHeaders, "")
+			h.p.ServeHTTP(rec, req.WithContext(klog.NewContext(req.Context(), logger)))
+			if rec.Code != tt.code {
+				t.Fatalf("code %d: %s", rec.Code, rec.Body)
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if !strings.Contains(logs, tt.want) || strings.Contains(logs, tt.not) {
+				t.Errorf("logs\n%s\nwant %q and no %q", logs, tt.want, tt.not)
 			}
 		})
 	}

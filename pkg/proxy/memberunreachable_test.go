@@ -73,7 +73,14 @@ func TestMemberUnreachableReported(t *testing.T) {
 		{"exec, socks5 proxy down", exec, true, 500, jsonType,
 			statusJSON(500, "", "socks connect tcp 198.18.2.2:1080->198.18.2.3:6443: "+proxyDown), true, "socks connect tcp"},
 		{"exec, protobuf Status", exec, false, 500, protobufType, statusProtobuf(500, proxyDown), true, proxyDown},
-		{"exec, aggregation layer text", exec, false, 503, "text/plain; charset=utf-8", []byte("service unavailable\n"), true, "HTTP 503: service unavailable"},
+		// karmada-apiserver's aggregation layer, in front of the cluster
+		// proxy (karmada-aggregated-apiserver down): it says nothing of
+		// the member, and the Status does not say the member was
+		// unreachable.
+		{"exec, aggregation layer text", exec, false, 503, "text/plain; charset=utf-8", []byte("service unavailable\n"), true,
+			`karmada-apiserver answered in front of the cluster proxy for cluster "member1", not a Status of the cluster proxy or the member: HTTP 503: service unavailable`},
+		{"exec, aggregated apiserver down", exec, true, 503, "text/plain; charset=utf-8", []byte("error dialing backend: dial tcp 127.0.0.1:20053: connect: connection refused\n"), true,
+			`karmada-apiserver answered in front of the cluster proxy for cluster "member1", not a Status of the cluster proxy or the member: HTTP 503: error dialing backend`},
 		{"pods/proxy, proxy down", podProxy, false, 500, jsonType, statusJSON(500, "", proxyDown), true, proxyDown},
 
 		{"member: pod not found", exec, true, 404, jsonType, statusJSON(404, metav1.StatusReasonNotFound, `pods "x" not found`), false, ""},
@@ -131,6 +138,9 @@ func TestMemberUnreachableReported(t *testing.T) {
 				if st.Code != 503 || st.Reason != metav1.StatusReasonServiceUnavailable || !strings.Contains(st.Message, want) {
 					t.Errorf("Status %d %q %q; want 503 ServiceUnavailable with %q", st.Code, st.Reason, st.Message, want)
 				}
+			}
+			if strings.Contains(tt.wantMessage, "in front of") && strings.Contains(st.Message, "could not reach member") {
+				t.Errorf("Status %q blames the member for karmada-apiserver's answer", st.Message)
 			}
 			if tt.upgrade && !res.Close {
 				t.Errorf("refused upgrade answered without Connection: close")

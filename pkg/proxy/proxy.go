@@ -467,7 +467,7 @@ func (p *Proxy) serveRewrite(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	logger.V(4).Info("Rewriting to cluster proxy", "cluster", cluster)
+	logger.V(4).Info("Rewriting to the member cluster", "cluster", cluster, "upstream", state.upstreamName)
 	p.forward(w, r)
 }
 

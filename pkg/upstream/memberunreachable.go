@@ -55,41 +55,43 @@ var dialErrorPrefixes = []string{
 
 // memberUnreachable reports whether an answer of code with body (of
 // contentType), to a request sent through a cluster proxy, is the
-// cluster proxy's own failure to reach the member, and the message it
-// carried. It is when the answer is
+// cluster proxy's own failure to reach the member, or a failure in front
+// of it (aggregation: the answer never came from the cluster proxy), and
+// the message it carried. It is when the answer is
 //   - a Status of reason Unknown (what an apiserver makes of a Go error;
 //     kube-apiserver's own errors carry a reason) whose message is a dial or
 //     transport error as dialErrorPrefixes has them, with code 500, 502 or
 //     503; or
 //   - on a pod subresource route (exec, attach, log, portforward), a 502 or
-//     503 that is no Status at all: the member's kube-apiserver answers
-//     those routes with a Status, so text is the aggregation layer's
-//     (kube-aggregator's "service unavailable" for
-//     karmada-aggregated-apiserver).
+//     503 that is no Status at all (aggregation): the member's
+//     kube-apiserver and Karmada's cluster proxy answer with a Status, so
+//     text is karmada-apiserver's aggregation layer's (kube-aggregator's
+//     "service unavailable", or its "error dialing backend" when it cannot
+//     reach karmada-aggregated-apiserver), and says nothing of the member.
 //
 // Everything else, the member's 403, 404, 500 "error dialing backend"
 // included, and whatever a pod answers on pods/proxy, is the member's and
 // relayed as it came.
-func memberUnreachable(podSubresource bool, code int, contentType string, body []byte) (string, bool) {
+func memberUnreachable(podSubresource bool, code int, contentType string, body []byte) (msg string, aggregation, ok bool) {
 	switch code {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable:
 	default:
-		return "", false
+		return "", false, false
 	}
 	if st, ok := decodeStatus(contentType, body); ok {
 		if st.Reason != metav1.StatusReasonUnknown || !hasAnyPrefix(st.Message, dialErrorPrefixes) {
-			return "", false
+			return "", false, false
 		}
-		return st.Message, true
+		return st.Message, false, true
 	}
 	if !podSubresource || code == http.StatusInternalServerError {
-		return "", false
+		return "", false, false
 	}
-	msg := strings.TrimSpace(string(body))
+	msg = strings.TrimSpace(string(body))
 	if msg == "" {
 		msg = http.StatusText(code)
 	}
-	return fmt.Sprintf("HTTP %d: %s", code, msg), true
+	return fmt.Sprintf("HTTP %d: %s", code, msg), true, true
 }
 
 // decodeStatus decodes body as a Status in JSON or protobuf, as the client's
@@ -140,7 +142,7 @@ func ReportMemberUnreachable(res *http.Response, cluster string, podSubresource 
 		return nil
 	}
 	res.Body.Close()
-	msg, ok := memberUnreachable(podSubresource, res.StatusCode, res.Header.Get("Content-Type"), body)
+	msg, aggregation, ok := memberUnreachable(podSubresource, res.StatusCode, res.Header.Get("Content-Type"), body)
 	if !ok {
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		return nil
@@ -148,13 +150,22 @@ func ReportMemberUnreachable(res *http.Response, cluster string, podSubresource 
 	if len(msg) > maxReportedMessage {
 		msg = msg[:maxReportedMessage] + "..."
 	}
-	klog.FromContext(res.Request.Context()).Info("Cluster proxy could not reach the member", "cluster", cluster, "code", res.StatusCode, "err", msg)
+	logger := klog.FromContext(res.Request.Context())
+	// Each message says who answered, never a guess at whose fault it was.
+	text := fmt.Sprintf("%s could not reach member cluster %q: %s", ClusterProxyName(cluster), cluster, msg)
+	if aggregation {
+		logger.Info("karmada-apiserver answered before the cluster proxy did", "cluster", cluster, "code", res.StatusCode, "err", msg)
+		text = fmt.Sprintf("member cluster %q was not reached: karmada-apiserver answered in front of %s, not a Status of the cluster proxy or the member: %s",
+			cluster, ClusterProxyName(cluster), msg)
+	} else {
+		logger.Info("Cluster proxy could not reach the member", "cluster", cluster, "code", res.StatusCode, "err", msg)
+	}
 	st := metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure,
 		Code:     http.StatusServiceUnavailable,
 		Reason:   metav1.StatusReasonServiceUnavailable,
-		Message:  fmt.Sprintf("%s could not reach member cluster %q: %s", ClusterProxyName(cluster), cluster, msg),
+		Message:  text,
 	}
 	out, err := json.Marshal(st)
 	if err != nil {
