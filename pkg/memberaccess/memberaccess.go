@@ -307,6 +307,19 @@ func (m *Members) Member(ctx context.Context, cluster string) (*Member, error) {
 	return m.member(ctx, cluster, true)
 }
 
+// WarmUp has an upgrade's connection to cluster dialed ahead (Member.WarmUp)
+// if its member can be had without waiting (the published Secret read), and
+// reports whether it did: it runs before the request's caller is judged,
+// which must not be held for it.
+func (m *Members) WarmUp(cluster string) bool {
+	mem, err := m.member(context.Background(), cluster, false)
+	if err != nil {
+		return false
+	}
+	mem.WarmUp()
+	return true
+}
+
 // member is Member; without wait it does not wait for a Secret informer
 // that has not synced (the informers' own handlers call it so).
 func (m *Members) member(ctx context.Context, cluster string, wait bool) (*Member, error) {

@@ -821,3 +821,30 @@ func TestSecretWithoutCATrustsNoRoots(t *testing.T) {
 		t.Fatalf("the child test: %v\n%s", err, out)
 	}
 }
+
+// TestWarmUpNeverWaits: WarmUp, which runs before a request's caller is
+// judged, does not wait for a published Secret not read yet, where Member
+// waits up to SecretSyncTimeout: an unauthenticated upgrade used to be
+// held up to 10 s by it.
+func TestWarmUpNeverWaits(t *testing.T) {
+	ms := newMemberServer(t)
+	forbidden := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("no"))
+	}
+	h := newHarnessWith(t, forbidden, []*karmada.Cluster{cluster("member1", ms.URL)})
+	m, err := New(Options{Clusters: h.inf.Clusters, Client: h.gatewayKube, Published: published, SecretSyncTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start(t.Context())
+	done := make(chan bool, 1)
+	go func() { done <- m.WarmUp("member1") }()
+	select {
+	case warmed := <-done:
+		if warmed {
+			t.Error("WarmUp dialed a member whose token was never read")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("WarmUp waited for the published Secret")
+	}
+}

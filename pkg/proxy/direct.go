@@ -42,6 +42,10 @@ type MemberAccess interface {
 	// client (404 no such Cluster, 503 one that cannot be reached
 	// directly).
 	Member(ctx context.Context, cluster string) (*memberaccess.Member, error)
+	// WarmUp dials an upgrade's connection to cluster ahead, if its
+	// member can be built now without waiting for anything, and reports
+	// whether it did.
+	WarmUp(cluster string) bool
 }
 
 // memberName names a member's kube-apiserver in errors and logs.
@@ -56,6 +60,15 @@ func memberName(cluster string) string {
 func (p *Proxy) routeToMember(w http.ResponseWriter, r *http.Request, state *requestState, cluster, path, rawPath string) bool {
 	ctx := r.Context()
 	state.upstreamName = memberName(cluster)
+	// The caller is judged first: one karmada-apiserver would refuse the
+	// cluster's proxy learns nothing of how the gateway reaches it (a 503
+	// naming a Secret), as through the cluster proxy.
+	as, err := p.memberCaller(ctx, r, cluster)
+	if err != nil {
+		refuseUpgrade(w, r)
+		apiresponse.WriteStatus(w, err)
+		return false
+	}
 	m, err := p.members.Member(ctx, cluster)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Member cluster not reachable directly", "cluster", cluster, "err", err)
@@ -64,15 +77,7 @@ func (p *Proxy) routeToMember(w http.ResponseWriter, r *http.Request, state *req
 		return false
 	}
 	if state.upgrade && state.warmedMember != cluster {
-		// Dialed while the caller is authorized; nothing is sent on it
-		// before.
 		m.WarmUp()
-	}
-	as, err := p.memberCaller(ctx, r, cluster)
-	if err != nil {
-		refuseUpgrade(w, r)
-		apiresponse.WriteStatus(w, err)
-		return false
 	}
 	state.member = m
 	state.gatewayIdentity = true // never the caller's credentials: a member does not judge them
@@ -98,8 +103,8 @@ func (p *Proxy) warmUpMember(ctx context.Context, namespace, pod string) {
 	if cluster == "" || len(validation.IsDNS1123Label(cluster)) > 0 {
 		return
 	}
-	if m, err := p.members.Member(ctx, cluster); err == nil {
-		m.WarmUp()
+	// Never waits: the caller is not authenticated yet.
+	if p.members.WarmUp(cluster) {
 		stateFrom(ctx).warmedMember = cluster
 	}
 }

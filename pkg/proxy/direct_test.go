@@ -269,3 +269,27 @@ func TestDirectLogsSayWhatHappened(t *testing.T) {
 		})
 	}
 }
+
+// TestDirectJudgesTheCallerBeforeTheMember: a passthrough caller
+// karmada-apiserver refuses clusters/proxy gets its 403, as through the
+// cluster proxy, even where the member cannot be reached directly: the 503
+// it used to get named the Cluster's Secret and the gateway's identity.
+func TestDirectJudgesTheCallerBeforeTheMember(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	refused := apierrors.NewForbidden(schema.GroupResource{Group: "cluster.karmada.io", Resource: "clusters/proxy"}, proxytest.Cluster, errors.New("no"))
+	h := newDirectHarness(t, AuthPassthrough, &proxytest.Authorizer{Caller: identity.Caller{Name: "bob"}, Deny: refused},
+		memberaccesstest.Member{Name: proxytest.Cluster, Server: srv, NoImpersonator: true})
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		header := callerHeaders.Clone()
+		if method == http.MethodPost {
+			header.Set("Connection", "Upgrade")
+			header.Set("Upgrade", "SPDY/3.1")
+			header.Set("X-Stream-Protocol-Version", "v4.channel.k8s.io")
+		}
+		rec := h.serve(t, method, "/api/v1/namespaces/ci/pods/p/exec?command=id&stdout=true", header)
+		if rec.Code != http.StatusForbidden || strings.Contains(rec.Body.String(), "impersonator") {
+			t.Errorf("%s: %d %s; want karmada-apiserver's 403, naming nothing of the member's access", method, rec.Code, rec.Body)
+		}
+	}
+}
