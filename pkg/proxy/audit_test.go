@@ -240,15 +240,18 @@ func TestPassthroughEventsNameTheCaller(t *testing.T) {
 		{"Authorization": {"Bearer caller-token"}},
 		{"Authorization": {"Bearer caller-token"}, "Impersonate-User": {"bob"}},
 		{"Authorization": {"Bearer bad-token"}},
+		{}, // anonymous, which karmada-apiserver admits here
 	} {
 		p.ServeHTTP(httptest.NewRecorder(), proxytest.RawRequest(t, http.MethodGet, logs, h, ""))
 	}
-	evs := sink.waitEvents(t, 3)
+	evs := sink.waitEvents(t, 4)
 	// An event waits for its caller's review; the refused token's, which
 	// has none, may come first.
 	slices.SortStableFunc(evs, func(a, b audit.Event) int {
 		rank := func(ev audit.Event) int {
 			switch {
+			case ev.User.Username == identity.UserAnonymous:
+				return 3
 			case ev.ResponseStatus != nil && ev.ResponseStatus.Code == http.StatusUnauthorized:
 				return 2
 			case ev.ImpersonatedUser != nil:
@@ -268,6 +271,10 @@ func TestPassthroughEventsNameTheCaller(t *testing.T) {
 	}
 	if evs[2].User.Username != "" || evs[2].ResponseStatus.Code != http.StatusUnauthorized {
 		t.Errorf("a refused token's event: user %+v, code %d", evs[2].User, evs[2].ResponseStatus.Code)
+	}
+	// As kube-apiserver's audit log names an anonymous caller.
+	if u := evs[3].User; u.Username != identity.UserAnonymous || strings.Join(u.Groups, ",") != identity.GroupUnauthenticated {
+		t.Errorf("an anonymous caller's event: user %+v, want system:anonymous in system:unauthenticated", u)
 	}
 	mu.Lock()
 	defer mu.Unlock()

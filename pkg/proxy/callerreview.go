@@ -119,7 +119,13 @@ func (p *Proxy) credentialAccepted(r *http.Request, code int) {
 	if p.reviews == nil || state == nil || code == http.StatusUnauthorized || !audit.Audited(state.route) {
 		return
 	}
-	if token, ok := identity.CallerToken(r.Header); ok {
-		state.attribution.Lookup(func() (identity.Caller, error) { return p.reviews.lookup(token) })
+	token, ok := identity.CallerToken(r.Header)
+	if !ok {
+		// Accepted without a bearer token (passthrough sends no other
+		// credential): karmada-apiserver's anonymous authenticator took it,
+		// and names it so in its own audit log.
+		state.attribution.Set(identity.Caller{Name: identity.UserAnonymous, Groups: []string{identity.GroupUnauthenticated}})
+		return
 	}
+	state.attribution.Lookup(func() (identity.Caller, error) { return p.reviews.lookup(token) })
 }
