@@ -192,7 +192,7 @@ func run(ctx context.Context, o *options) error {
 		popts.ServiceResolver = res
 	}
 	if members != nil {
-		popts.Members, popts.GatewayIdentity = members, self.Caller
+		popts.Members, popts.GatewayIdentity = members, self.ActAs
 	}
 	if popts.AuthMode == proxy.AuthAuthorize || popts.Members != nil {
 		// Reviews have budgets of their own (client-go limits each client

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +30,10 @@ const (
 	selfTTL     = 10 * time.Minute
 	selfRetry   = 2 * time.Second
 	selfTimeout = 5 * time.Second
+	// selfDecisionTTL is how long karmada-apiserver's answer to whether
+	// the gateway may use a Cluster's proxy is reused (a refusal or a
+	// failure for selfRetry): as briefly as authorize mode's own cache.
+	selfDecisionTTL = 10 * time.Second
 )
 
 // Self is the gateway's own identity in karmada-apiserver. Where Karmada's
@@ -45,11 +50,81 @@ type Self struct {
 	caller  identity.Caller
 	err     error
 	expires time.Time
+	// decisions are karmada-apiserver's answers to whether the gateway
+	// may do a ResourceRequest (its clusters/proxy on a Cluster).
+	decisions map[identity.ResourceRequest]selfDecision
+}
+
+type selfDecision struct {
+	err     error
+	expires time.Time
 }
 
 // NewSelf learns the identity of client's credentials, the gateway's.
 func NewSelf(client kubernetes.Interface) *Self {
-	return &Self{client: client, now: time.Now}
+	return &Self{client: client, now: time.Now, decisions: map[identity.ResourceRequest]selfDecision{}}
+}
+
+// ActAs is Caller once karmada-apiserver allows the gateway rr, its
+// clusters/proxy on a Cluster with a request's verb
+// (identity.ClusterProxyRequest): what karmada-apiserver checks when the
+// gateway calls the cluster proxy as itself, so an operator who narrows the
+// gateway's clusters/proxy (resourceNames) narrows direct access too. A
+// refusal is a 403 naming the gateway's identity, a failed review a 503.
+func (s *Self) ActAs(ctx context.Context, rr identity.ResourceRequest) (identity.Caller, error) {
+	caller, err := s.Caller(ctx)
+	if err != nil {
+		return identity.Caller{}, err
+	}
+	s.mu.Lock()
+	d, ok := s.decisions[rr]
+	s.mu.Unlock()
+	if !ok || !s.now().Before(d.expires) {
+		v, _, _ := s.flight.Do(fmt.Sprintf("sar %+v", rr), func() (any, error) {
+			err := s.authorize(context.WithoutCancel(ctx), caller, rr)
+			ttl := selfDecisionTTL
+			if err != nil {
+				ttl = selfRetry
+			}
+			d := selfDecision{err: err, expires: s.now().Add(ttl)}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if len(s.decisions) >= maxSelfDecisions {
+				clear(s.decisions)
+			}
+			s.decisions[rr] = d
+			return d, nil
+		})
+		d = v.(selfDecision)
+	}
+	if d.err != nil {
+		return identity.Caller{}, d.err
+	}
+	return caller, nil
+}
+
+// maxSelfDecisions bounds the decisions kept: one per Cluster and verb.
+const maxSelfDecisions = 4096
+
+func (s *Self) authorize(ctx context.Context, caller identity.Caller, rr identity.ResourceRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, selfTimeout)
+	defer cancel()
+	ssar, err := s.client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: rr.Namespace, Verb: rr.Verb, Group: rr.Group, Resource: rr.Resource, Subresource: rr.Subresource, Name: rr.Name},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Could not check the gateway's own access to the cluster's proxy", "cluster", rr.Name)
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("the gateway could not check with karmada-apiserver that its own identity may use the proxy of cluster %q", rr.Name))
+	}
+	if !ssar.Status.Allowed {
+		resource := rr.Resource
+		if rr.Subresource != "" {
+			resource += "/" + rr.Subresource
+		}
+		return apierrors.NewForbidden(schema.GroupResource{Group: rr.Group, Resource: resource}, rr.Name,
+			fmt.Errorf("the gateway's own identity %q may not %s it in karmada-apiserver, which Karmada's cluster proxy would require of it", caller.Name, rr.Verb))
+	}
+	return nil
 }
 
 // Caller is the gateway's identity: its user and groups (Karmada passes no
@@ -125,7 +200,7 @@ func (r *Reader) Metadata(ctx context.Context, cluster string, resource schema.G
 	if err != nil {
 		return nil, err
 	}
-	self, err := r.self.Caller(ctx)
+	self, err := r.self.ActAs(ctx, identity.ClusterProxyRequest(http.MethodGet, cluster))
 	if err != nil {
 		return nil, err
 	}

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/identity"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 )
 
@@ -35,7 +37,48 @@ func selfClient(reviews *atomic.Int32, err *error) *kubefake.Clientset {
 			Extra:  map[string]authnv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"gw-0"}},
 		}}}, nil
 	})
+	// The gateway may use every Cluster's proxy but "narrowed"'s.
+	c.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ssar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview).DeepCopy()
+		ssar.Status.Allowed = ssar.Spec.ResourceAttributes.Name != "narrowed"
+		return true, ssar, nil
+	})
 	return c
+}
+
+// TestActAsChecksTheGatewaysClusterProxy: in authorize mode a member
+// reached directly acts as the gateway only where karmada-apiserver allows
+// the gateway the Cluster's proxy with the request's verb, as it checks the
+// gateway's own call through the cluster proxy: an operator's
+// resourceNames on the gateway's clusters/proxy are kept. Answers are
+// reused briefly, one review per Cluster and verb.
+func TestActAsChecksTheGatewaysClusterProxy(t *testing.T) {
+	var reviews atomic.Int32
+	var fail error
+	c := selfClient(&reviews, &fail)
+	s := NewSelf(c)
+	for range 3 {
+		if caller, err := s.ActAs(context.Background(), identity.ClusterProxyRequest(http.MethodPost, "member1")); err != nil || caller.Name != "system:serviceaccount:karmada-system:gw" {
+			t.Fatalf("ActAs on member1: %+v, %v", caller, err)
+		}
+	}
+	_, err := s.ActAs(context.Background(), identity.ClusterProxyRequest(http.MethodPost, "narrowed"))
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "the gateway's own identity") {
+		t.Errorf("ActAs on a Cluster the gateway may not proxy: %v; want a 403 naming the gateway", err)
+	}
+	var sars []authzv1.ResourceAttributes
+	for _, a := range c.Actions() {
+		if a.GetResource().Resource == "selfsubjectaccessreviews" {
+			sars = append(sars, *a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview).Spec.ResourceAttributes)
+		}
+	}
+	want := []authzv1.ResourceAttributes{
+		{Verb: "create", Group: "cluster.karmada.io", Resource: "clusters", Subresource: "proxy", Name: "member1"},
+		{Verb: "create", Group: "cluster.karmada.io", Resource: "clusters", Subresource: "proxy", Name: "narrowed"},
+	}
+	if len(sars) != len(want) || sars[0] != want[0] || sars[1] != want[1] {
+		t.Errorf("reviews %+v, want %+v", sars, want)
+	}
 }
 
 func TestSelfIsReviewedOnceAndRetriedAfterAFailure(t *testing.T) {

@@ -114,7 +114,9 @@ func (p *Proxy) warmUpMember(ctx context.Context, namespace, pod string) {
 // cluster's proxy; in authorize mode the gateway itself.
 func (p *Proxy) memberCaller(ctx context.Context, r *http.Request, cluster string) (identity.Caller, error) {
 	if p.authMode == AuthAuthorize {
-		return p.gatewayIdentity(ctx)
+		// As karmada-apiserver judges the gateway's own call to the
+		// cluster proxy.
+		return p.gatewayIdentity(ctx, identity.ClusterProxyRequest(r.Method, cluster))
 	}
 	done := stateFrom(ctx).phases.TimeCheck("authorization")
 	caller, err := p.authorizer.AuthorizeResource(ctx, r, identity.ClusterProxyRequest(r.Method, cluster))

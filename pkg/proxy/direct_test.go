@@ -55,7 +55,7 @@ func newDirectHarness(t *testing.T, mode AuthMode, authz *proxytest.Authorizer, 
 	h.p = newTestProxy(t, Options{
 		Upstream: &rest.Config{Host: up.URL, BearerToken: "gateway-token"}, AuthMode: mode, Authorizer: authz, Metrics: h.met,
 		Members: memberaccesstest.New(t, h.met, members...),
-		GatewayIdentity: func(context.Context) (identity.Caller, error) {
+		GatewayIdentity: func(context.Context, identity.ResourceRequest) (identity.Caller, error) {
 			h.selfReviews.Add(1)
 			return identity.Caller{Name: gatewaySA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:karmada-system", "system:authenticated"}}, nil
 		},

@@ -120,9 +120,11 @@ type Options struct {
 	// for them as karmada-apiserver would.
 	Members MemberAccess
 	// GatewayIdentity is the gateway's own identity, which a member reached
-	// directly acts as in authorize mode (*memberaccess.Self's Caller);
+	// directly acts as in authorize mode, once karmada-apiserver allows it
+	// the ResourceRequest (its clusters/proxy on the Cluster, as for its
+	// own call through the cluster proxy: *memberaccess.Self's ActAs);
 	// required with Members in authorize mode.
-	GatewayIdentity func(context.Context) (identity.Caller, error)
+	GatewayIdentity func(context.Context, identity.ResourceRequest) (identity.Caller, error)
 	// StreamEndWait bounds how long Shutdown, once its context ended and
 	// it ended the requests still open, waits for them to write their
 	// audit events and recordings; 0 is DefaultStreamEndWait.
@@ -171,7 +173,7 @@ type Proxy struct {
 	// members reaches members directly (nil: through the cluster proxy);
 	// gatewayIdentity is whom they act as in authorize mode.
 	members         MemberAccess
-	gatewayIdentity func(context.Context) (identity.Caller, error)
+	gatewayIdentity func(context.Context, identity.ResourceRequest) (identity.Caller, error)
 }
 
 // New builds a Proxy from opts.
