@@ -11,7 +11,9 @@
 //     spec.insecureSkipTLSVerification says so;
 //   - every connection goes through spec.proxyURL when it is set (http,
 //     https or socks5), with spec.proxyHeader on the CONNECT, each value
-//     split at commas as Karmada splits it;
+//     split at commas as Karmada splits it; without it, through the proxy
+//     HTTPS_PROXY names unless NO_PROXY excludes the member, as Karmada's
+//     transport;
 //   - requests carry the token of the Secret spec.impersonatorSecretRef
 //     names, and act as the caller with Impersonate-User and one
 //     Impersonate-Group per group but system:authenticated and
@@ -67,6 +69,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -425,6 +428,9 @@ func (m *Members) build(c *karmada.Cluster, base *url.URL, caBundle []byte, prox
 	}
 	e := &entry{key: key, conns: conns, member: upstream.NewMember(upstream.MemberOptions{
 		Base: base, TLS: tc, Proxy: proxy, ProxyHeader: ProxyHeader(c.Spec.ProxyHeader), Dial: dial,
+		// Karmada's transport (utilnet.SetTransportDefaults) honours
+		// HTTPS_PROXY and NO_PROXY, CIDRs included, without proxyURL.
+		Environment: utilnet.NewProxierWithNoProxyCIDR(http.ProxyFromEnvironment),
 	})}
 	if proxy != nil && proxy.User != nil {
 		e.secrets = append(e.secrets, proxy.User.String())

@@ -578,8 +578,11 @@ func TestClusterStatusUpdatesKeepConnections(t *testing.T) {
 // connectProxy is an HTTP CONNECT proxy that records the CONNECTs' headers.
 type connectProxy struct {
 	*httptest.Server
-	mu      sync.Mutex
-	connect []http.Header
+	// redirect, when set, is the address every CONNECT is dialed at,
+	// whatever host it names.
+	redirect string
+	mu       sync.Mutex
+	connect  []http.Header
 }
 
 func newConnectProxy(t *testing.T) *connectProxy {
@@ -592,8 +595,12 @@ func newConnectProxy(t *testing.T) *connectProxy {
 		}
 		p.mu.Lock()
 		p.connect = append(p.connect, r.Header.Clone())
+		addr := r.Host
+		if p.redirect != "" {
+			addr = p.redirect
+		}
 		p.mu.Unlock()
-		dst, err := net.Dial("tcp", r.Host)
+		dst, err := net.Dial("tcp", addr)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
@@ -846,5 +853,82 @@ func TestWarmUpNeverWaits(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("WarmUp waited for the published Secret")
+	}
+}
+
+// TestMemberWithoutProxyURLHonoursTheEnvironment: a Cluster without
+// spec.proxyURL is reached through the proxy HTTPS_PROXY names, unless
+// NO_PROXY excludes it, as Karmada's transport (SetTransportDefaults)
+// reaches it; it used to be dialed directly. Go reads the environment once
+// per process, so the checks run in child test processes. The member is
+// named example.com (its certificate's name; loopback itself is never
+// proxied), and every dial is mapped to loopback, so nothing is looked up.
+func TestMemberWithoutProxyURLHonoursTheEnvironment(t *testing.T) {
+	if member := os.Getenv("MEMBERACCESS_ENV_PROXY_MEMBER"); member != "" {
+		var mu sync.Mutex
+		var dialed []string
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dialed = append(dialed, addr)
+			mu.Unlock()
+			if host, port, _ := net.SplitHostPort(addr); host == "example.com" {
+				addr = net.JoinHostPort("127.0.0.1", port)
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+		h := newHarness(t, []*karmada.Cluster{cluster("member1", "https://"+member)},
+			secret("member1", map[string]string{"caBundle": os.Getenv("MEMBERACCESS_ENV_PROXY_CA")}),
+			secret("member1-impersonator", map[string]string{"token": "t"}))
+		ms, err := New(Options{Clusters: h.inf.Clusters, Client: h.gatewayKube, Published: published, Dial: dial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms.Start(t.Context())
+		m, err := ms.Member(t.Context(), "member1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequest(http.MethodGet, m.Base.String()+"/version", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.For(false).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		want := strings.TrimPrefix(os.Getenv("HTTPS_PROXY"), "http://") // the proxy, unless NO_PROXY names the member
+		if os.Getenv("NO_PROXY") != "" {
+			want = member
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dialed) != 1 || dialed[0] != want {
+			t.Errorf("HTTPS_PROXY=%s NO_PROXY=%s: dialed %q, want %s", os.Getenv("HTTPS_PROXY"), os.Getenv("NO_PROXY"), dialed, want)
+		}
+		return
+	}
+	ms := newMemberServer(t)
+	px := newConnectProxy(t)
+	px.redirect = ms.Listener.Addr().String()
+	_, port, _ := net.SplitHostPort(ms.Listener.Addr().String())
+	for _, noProxy := range []string{"", "example.com"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMemberWithoutProxyURLHonoursTheEnvironment$", "-test.v")
+		cmd.Env = append(os.Environ(), "MEMBERACCESS_ENV_PROXY_MEMBER=example.com:"+port, "MEMBERACCESS_ENV_PROXY_CA="+string(ms.caPEM()),
+			"HTTPS_PROXY="+px.URL, "NO_PROXY="+noProxy, "no_proxy="+noProxy, "https_proxy=")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestMemberWithoutProxyURLHonoursTheEnvironment") {
+			t.Fatalf("NO_PROXY=%q, the child test: %v\n%s", noProxy, err, out)
+		}
+		px.mu.Lock()
+		connects := len(px.connect)
+		px.connect = nil
+		px.mu.Unlock()
+		switch {
+		case noProxy == "" && connects != 1:
+			t.Errorf("HTTPS_PROXY set: the proxy got %d CONNECTs, want the request's", connects)
+		case noProxy != "" && connects != 0:
+			t.Errorf("NO_PROXY=%s: the proxy got %d CONNECTs, want none", noProxy, connects)
+		}
 	}
 }

@@ -36,6 +36,10 @@ type MemberOptions struct {
 	// carries (spec.proxyHeader).
 	Proxy       *url.URL
 	ProxyHeader http.Header
+	// Environment, used when Proxy is nil, picks a proxy per request as
+	// Karmada's transport does for a Cluster without spec.proxyURL
+	// (HTTPS_PROXY, NO_PROXY); nil dials the member directly.
+	Environment func(*http.Request) (*url.URL, error)
 	// Dial makes the connections, to the member or its proxy.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -45,7 +49,7 @@ func NewMember(opts MemberOptions) *Member {
 	base := *opts.Base
 	base.Path = strings.TrimRight(base.Path, "/")
 	base.RawPath = ""
-	var proxy func(*http.Request) (*url.URL, error)
+	proxy := opts.Environment
 	if opts.Proxy != nil {
 		proxy = http.ProxyURL(opts.Proxy)
 	}
