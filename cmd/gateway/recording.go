@@ -131,6 +131,7 @@ func (s *s3Options) build(dir string, reg prometheus.Registerer) (*upload.Upload
 	store, err := upload.NewS3Store(upload.S3Options{
 		Endpoint: s.endpoint, Region: s.region, Bucket: s.bucket, PathStyle: s.pathStyle, CAFile: s.caFile,
 		AccessKeyIDFile: s.accessKeyFile, SecretAccessKeyFile: s.secretKeyFile, DialTimeout: s.dialTimeout,
+		Logger: klog.Background(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--record-sessions-s3-*: %w", err)

@@ -766,7 +766,7 @@ func TestMonitoring(t *testing.T) {
 	wantAlerts := []string{"KarmadaGatewayDown", "KarmadaGatewayRewrittenRoute5xx", "KarmadaGatewayLabelerNotLeading",
 		"KarmadaGatewayLabelerFallingBehind", "KarmadaGatewayResolveFailures", "KarmadaGatewayMemberEventsUnavailable",
 		"KarmadaGatewayMemberUnreachableDirectly", "KarmadaGatewayCertificateReloadFailed", "KarmadaGatewayCertificateExpiring",
-		"KarmadaGatewayAuditEventsLost", "KarmadaGatewayAuditSinkFailing", "KarmadaGatewayRecordingsNotUploaded", "KarmadaGatewayRecordingSpoolFilling"}
+		"KarmadaGatewayAuditEventsLost", "KarmadaGatewayAuditSinkFailing", "KarmadaGatewayRecordingsNotUploaded", "KarmadaGatewayRecordingRejected", "KarmadaGatewayRecordingSpoolFilling"}
 	if !slices.Equal(alerts, wantAlerts) {
 		t.Errorf("alerts = %q, want %q", alerts, wantAlerts)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"k8s.io/klog/v2"
 )
 
 // S3Options configures an S3Store.
@@ -39,6 +40,8 @@ type S3Options struct {
 	// DialTimeout bounds connecting and the TLS handshake, and how long a
 	// put waits for the store's answer once its body was sent.
 	DialTimeout time.Duration
+	// Logger is told what NewS3Store warns of (a cleartext endpoint).
+	Logger klog.Logger
 }
 
 // S3Store puts objects in one bucket of an S3-compatible store.
@@ -57,6 +60,11 @@ func NewS3Store(o S3Options) (*S3Store, error) {
 		u, err := url.Parse(o.Endpoint)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.User != nil {
 			return nil, fmt.Errorf("s3 endpoint %q is not an http(s) URL without credentials or query", o.Endpoint)
+		}
+		if u.Scheme == "http" {
+			// Allowed, for a store on the pod's own network in a test; the
+			// recordings hold whatever sessions printed.
+			o.Logger.Info("WARNING: the S3 endpoint is http://: recordings, and what signs each upload, go to the store in cleartext; use https://", "endpoint", o.Endpoint)
 		}
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}

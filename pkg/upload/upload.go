@@ -8,8 +8,9 @@
 // removes nothing the bucket did not confirm: a failed upload leaves the
 // file where it is, and the whole spool waits a backoff (doubling up to
 // MaxBackoff) before it is tried again, oldest file first. A file the
-// store refuses on its own (RejectedError) is passed over, so it never
-// holds the others back. The spool keeps
+// store refuses on its own (RejectedError) is set aside as
+// <name>.rejected (kept, counted, alerted on, never sent again), so it
+// holds neither the others nor the backoff. The spool keeps
 // what the store cannot take for as long as the store is down, up to the
 // recording directory's cap (--record-sessions-max-total-size), and across
 // a restart of the gateway: the next start uploads what it finds. A
@@ -36,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -77,6 +79,11 @@ type Object struct {
 // its value says why.
 const MetadataIncomplete = "incomplete"
 
+// RejectedSuffix ends the name of a recording the store refused: renamed
+// so in the directory, it is kept (and counts against the recording cap)
+// but never sent again, since the same bytes would be refused again.
+const RejectedSuffix = ".rejected"
+
 // Options configures an Uploader.
 type Options struct {
 	// Dir is the recording directory, the spool.
@@ -111,6 +118,7 @@ type Uploader struct {
 const (
 	resultUploaded = "uploaded"
 	resultFailed   = "failed"
+	resultRejected = "rejected"
 )
 
 // New checks opts and registers the Uploader's metrics, the spool's among
@@ -121,12 +129,13 @@ func New(opts Options) (*Uploader, error) {
 	}
 	u := &Uploader{opts: opts, now: time.Now, wake: make(chan struct{}, 1),
 		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recording_uploads_total",
-			Help: "Puts of finished recordings to the bucket, by result (uploaded: stored and removed from the spool; failed: kept in the spool, retried)."}, []string{"result"}),
+			Help: "Puts of finished recordings to the bucket, by result (uploaded: stored and removed from the spool; failed: kept in the spool, retried; rejected: refused by the store, kept as <name>.rejected, not retried)."}, []string{"result"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recording_upload_bytes_total",
 			Help: "Bytes of recordings stored in the bucket."}),
 	}
-	u.uploads.WithLabelValues(resultUploaded)
-	u.uploads.WithLabelValues(resultFailed)
+	for _, result := range []string{resultUploaded, resultFailed, resultRejected} {
+		u.uploads.WithLabelValues(result)
+	}
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(u.uploads, u.bytes, &spoolCollector{u: u})
 	}
@@ -209,10 +218,7 @@ func (u *Uploader) Drain(ctx context.Context) error {
 		} else {
 			storeErr = err
 		}
-		// Only refusals of some recordings, which seconds will not change,
-		// end it at once: the drain's time is better left to the shutdown.
-		var re *RejectedError
-		if errors.As(err, &re) || !pause(ctx, backoff.Step(), nil) {
+		if !pause(ctx, backoff.Step(), nil) {
 			left, _ := u.spool()
 			return fmt.Errorf("%d recordings left in the spool: %w", len(left), err)
 		}
@@ -228,12 +234,20 @@ type spooled struct {
 
 // spool lists the finished recordings in Dir, oldest first.
 func (u *Uploader) spool() ([]spooled, error) {
+	files, _, err := u.scan()
+	return files, err
+}
+
+// scan is spool, and how many recordings the store refused are set aside.
+func (u *Uploader) scan() (files []spooled, rejected int, err error) {
 	entries, err := os.ReadDir(u.opts.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("recording directory: %w", err)
+		return nil, 0, fmt.Errorf("recording directory: %w", err)
 	}
-	var files []spooled
 	for _, e := range entries {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), RejectedSuffix) {
+			rejected++
+		}
 		if !e.Type().IsRegular() || !recording.Finished(e.Name()) {
 			continue
 		}
@@ -244,7 +258,7 @@ func (u *Uploader) spool() ([]spooled, error) {
 		files = append(files, spooled{name: e.Name(), size: info.Size(), modTime: info.ModTime()})
 	}
 	slices.SortFunc(files, func(a, b spooled) int { return a.modTime.Compare(b.modTime) })
-	return files, nil
+	return files, rejected, nil
 }
 
 // pass uploads the spool once, oldest first, and stops at the first put
@@ -259,7 +273,6 @@ func (u *Uploader) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var rejected error
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -268,13 +281,27 @@ func (u *Uploader) pass(ctx context.Context) error {
 		var re *RejectedError
 		switch {
 		case errors.As(err, &re):
-			klog.FromContext(ctx).Error(err, "The store rejected a recording; it stays in the spool and the others go on", "recording", f.name)
-			rejected = errors.Join(rejected, err)
+			// Not the store's failure: the pass goes on, without backoff.
+			u.quarantine(ctx, f.name, err)
 		case err != nil:
 			return err
 		}
 	}
-	return rejected
+	return nil
+}
+
+// quarantine renames a recording the store refused out of the spool.
+func (u *Uploader) quarantine(ctx context.Context, name string, why error) {
+	logger := klog.FromContext(ctx).WithValues("recording", name)
+	path := filepath.Join(u.opts.Dir, name)
+	if err := os.Rename(path, path+RejectedSuffix); err != nil {
+		if !errors.Is(err, os.ErrNotExist) { // else another replica took it
+			logger.Error(err, "The store refused a recording, which cannot be set aside; it is tried again", "refusal", why.Error())
+		}
+		return
+	}
+	u.uploads.WithLabelValues(resultRejected).Inc()
+	logger.Error(why, "The store refused a recording: it is kept as "+name+RejectedSuffix+" in the recording directory and not sent again")
 }
 
 // upload puts the recording name in the store and removes it from the
@@ -365,6 +392,8 @@ var (
 		"How long the oldest recording waiting to be uploaded has waited since it was finished; 0 when none waits.", nil, nil)
 	spoolErrorDesc = prometheus.NewDesc("karmada_gateway_recording_spool_read_errors",
 		"1 when the recording directory could not be read at this scrape.", nil, nil)
+	spoolRejectedDesc = prometheus.NewDesc("karmada_gateway_recording_spool_rejected_files",
+		"Recordings the store refused, kept in the recording directory as <name>.rejected and not sent again.", nil, nil)
 )
 
 func (c *spoolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -372,10 +401,11 @@ func (c *spoolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- spoolBytesDesc
 	ch <- spoolAgeDesc
 	ch <- spoolErrorDesc
+	ch <- spoolRejectedDesc
 }
 
 func (c *spoolCollector) Collect(ch chan<- prometheus.Metric) {
-	files, err := c.u.spool()
+	files, rejected, err := c.u.scan()
 	var bytes int64
 	for _, f := range files {
 		bytes += f.size
@@ -392,4 +422,5 @@ func (c *spoolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(spoolBytesDesc, prometheus.GaugeValue, float64(bytes))
 	ch <- prometheus.MustNewConstMetric(spoolAgeDesc, prometheus.GaugeValue, age)
 	ch <- prometheus.MustNewConstMetric(spoolErrorDesc, prometheus.GaugeValue, failed)
+	ch <- prometheus.MustNewConstMetric(spoolRejectedDesc, prometheus.GaugeValue, float64(rejected))
 }

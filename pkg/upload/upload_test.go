@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/streamfollow"
@@ -400,29 +401,43 @@ func TestSpoolMetrics(t *testing.T) {
 	check(0, 0, 0, 0)
 }
 
-// TestRejectedRecordingDoesNotHoldTheSpool: a recording the store refuses
-// (too large, say) stays in the spool, counted, and the ones after it are
-// stored; the pass still fails, so the rejected one waits its backoff.
-func TestRejectedRecordingDoesNotHoldTheSpool(t *testing.T) {
+// TestRejectedRecordingIsSetAside: a recording the store refuses on its own
+// (413: too large) is set aside as <name>.rejected, kept, counted and
+// exported, and never put again; the recordings before and after it are
+// stored in the same pass, which ends without error, so no backoff holds
+// the recordings that come next, and a drain is not spent on it. It used
+// to stay in the spool, re-sent at every pass, the uploader in backoff.
+func TestRejectedRecordingIsSetAside(t *testing.T) {
 	dir, store := spoolOfThree(t, "ci_huge_2.cast", &RejectedError{Err: errors.New("413 EntityTooLarge")})
-	u := newUploader(t, dir, store, nil)
-	err := u.pass(context.Background())
-	var re *RejectedError
-	if !errors.As(err, &re) {
-		t.Fatalf("pass: %v, want the rejection", err)
+	reg := prometheus.NewRegistry()
+	u := newUploader(t, dir, store, reg)
+	if err := u.pass(context.Background()); err != nil {
+		t.Fatalf("pass: %v, want none: a refusal is no failure of the store", err)
 	}
 	if strings.Join(store.order, " ") != "rec/ci_a_1.cast rec/ci_c_3.cast" {
 		t.Errorf("put %v, want the recordings before and after the rejected one", store.order)
 	}
-	if left := listDir(t, dir); strings.Join(left, " ") != "ci_huge_2.cast" {
-		t.Errorf("left %v, want the rejected recording kept", left)
+	if left := listDir(t, dir); strings.Join(left, " ") != "ci_huge_2.cast"+RejectedSuffix {
+		t.Errorf("left %v, want the rejected recording set aside", left)
 	}
-	// Retrying a refusal for seconds changes nothing: a drain returns at
-	// once, its time left to the rest of the shutdown.
+	if got := testutil.ToFloat64(u.uploads.WithLabelValues(resultRejected)); got != 1 {
+		t.Errorf("rejections counted %v, want 1", got)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP karmada_gateway_recording_spool_rejected_files Recordings the store refused, kept in the recording directory as <name>.rejected and not sent again.
+# TYPE karmada_gateway_recording_spool_rejected_files gauge
+karmada_gateway_recording_spool_rejected_files 1
+`), "karmada_gateway_recording_spool_rejected_files"); err != nil {
+		t.Error(err)
+	}
+	// Never sent again: the next passes and a drain put nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := u.Drain(ctx); !errors.As(err, &re) || ctx.Err() != nil {
-		t.Errorf("Drain: %v (its context: %v), want the refusal at once", err, ctx.Err())
+	if err := u.Drain(ctx); err != nil || ctx.Err() != nil {
+		t.Errorf("Drain: %v (its context: %v), want nothing left at once", err, ctx.Err())
+	}
+	if len(store.order) != 2 {
+		t.Errorf("put %v after the pass; want the refused recording never sent again", store.order)
 	}
 }
 
@@ -472,6 +487,29 @@ func TestUploadedRecordingsLeaveTheCap(t *testing.T) {
 			return len(listDir(t, dir)) == 0, nil
 		}); err != nil {
 			t.Fatalf("left %v after it was stored", listDir(t, dir))
+		}
+	}
+}
+
+// TestCleartextEndpointIsWarnedOf: an http:// endpoint is taken (a store
+// on the pod's own network, in a test) with a warning that recordings go
+// in cleartext; an https:// one without.
+func TestCleartextEndpointIsWarnedOf(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"id", "secret"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for endpoint, warned := range map[string]bool{"http://s3.test:9000": true, "https://s3.test:9000": false} {
+		logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+		if _, err := NewS3Store(S3Options{Endpoint: endpoint, Region: "r", Bucket: "b", AccessKeyIDFile: filepath.Join(dir, "id"),
+			SecretAccessKeyFile: filepath.Join(dir, "secret"), DialTimeout: time.Second, Logger: logger}); err != nil {
+			t.Fatal(err)
+		}
+		logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+		if strings.Contains(logs, "cleartext") != warned {
+			t.Errorf("%s: logged %q; want a cleartext warning %v", endpoint, logs, warned)
 		}
 	}
 }
