@@ -465,22 +465,19 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 		e.logf("the chart's gateway RBAC applied and propagated (%s)", time.Since(start).Round(time.Millisecond))
-		if opts.Gateway.Enabled {
-			<-e.buildDone
-			if e.buildErr != nil {
-				return nil, e.buildErr
-			}
-			if err := e.startMemberTrust(ctx); err != nil {
-				return nil, err
-			}
-			e.logf("member-trust published the members' tokens and CAs (%s)", time.Since(start).Round(time.Millisecond))
-		}
 	}
 
 	if opts.Gateway.Enabled {
 		<-e.buildDone
 		if e.buildErr != nil {
 			return nil, e.buildErr
+		}
+		// A host environment's member-trust, if any, is the release's.
+		if !opts.Host.Enabled {
+			if err := e.startMemberTrust(ctx); err != nil {
+				return nil, err
+			}
+			e.logf("member-trust published the members' tokens and CAs (%s)", time.Since(start).Round(time.Millisecond))
 		}
 		if err := e.StartGateway(ctx); err != nil {
 			return nil, err

@@ -227,6 +227,14 @@ func pushMember(t *testing.T, name string) (*memberServer, *harness) {
 	return ms, h
 }
 
+// updateCluster writes c in karmada-apiserver, as Karmada updates a Cluster.
+func (h *harness) updateCluster(t *testing.T, c *karmada.Cluster) {
+	t.Helper()
+	if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (h *harness) member(t *testing.T, name string) *Member {
 	t.Helper()
 	m, err := h.m.Member(context.Background(), name)
@@ -452,16 +460,12 @@ func TestChangedTrustClosesWhatWasBuiltOnIt(t *testing.T) {
 		}, "config_changed"},
 		{"new endpoint", func(t *testing.T, h *harness, ms *memberServer) {
 			c := cluster("member1", strings.Replace(ms.URL, "127.0.0.1", "localhost", 1))
-			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			h.updateCluster(t, c)
 		}, "config_changed"},
 		{"insecureSkipTLSVerification", func(t *testing.T, h *harness, ms *memberServer) {
 			c := cluster("member1", ms.URL)
 			c.Spec.InsecureSkipTLSVerification = true
-			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			h.updateCluster(t, c)
 		}, "config_changed"},
 		{"cluster deleted", func(t *testing.T, h *harness, ms *memberServer) {
 			if err := h.dyn.Resource(karmada.ClusterGVR).Delete(context.Background(), "member1", metav1.DeleteOptions{}); err != nil {
@@ -473,9 +477,7 @@ func TestChangedTrustClosesWhatWasBuiltOnIt(t *testing.T) {
 		{"impersonatorSecretRef removed", func(t *testing.T, h *harness, ms *memberServer) {
 			c := cluster("member1", ms.URL)
 			c.Spec.ImpersonatorSecretRef = nil
-			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			h.updateCluster(t, c)
 		}, "cluster_unusable"},
 		{"impersonator Secret deleted", func(t *testing.T, h *harness, ms *memberServer) {
 			if err := h.kube.CoreV1().Secrets(secretNS).Delete(context.Background(), "member1-impersonator", metav1.DeleteOptions{}); err != nil {
@@ -491,9 +493,7 @@ func TestChangedTrustClosesWhatWasBuiltOnIt(t *testing.T) {
 		}, "cluster_unusable"},
 		{"endpoint unparsable", func(t *testing.T, h *harness, ms *memberServer) {
 			c := cluster("member1", "https://[::1")
-			if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			h.updateCluster(t, c)
 		}, "cluster_unusable"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -523,9 +523,7 @@ func TestMemberTakenBeforeARebuildDialsNothing(t *testing.T) {
 	ms, h := pushMember(t, "member1")
 	before := h.member(t, "member1")
 	c := cluster("member1", strings.Replace(ms.URL, "127.0.0.1", "localhost", 1))
-	if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.updateCluster(t, c)
 	waitFor(t, "the rebuild", func() bool {
 		return testutil.ToFloat64(h.met.MemberTransportRebuildsTotal.WithLabelValues("member1", "config_changed")) == 1
 	})
@@ -556,9 +554,7 @@ func TestClusterStatusUpdatesKeepConnections(t *testing.T) {
 	c := cluster("member1", ms.URL)
 	c.Status.KubernetesVersion = "v1.37.0"
 	c.Labels = map[string]string{"heartbeat": "1"}
-	if _, err := h.dyn.Resource(karmada.ClusterGVR).Update(context.Background(), karmadatest.Unstructured(t, c, clusterGVK), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.updateCluster(t, c)
 	waitFor(t, "the update", func() bool {
 		obj, ok, _ := h.inf.Clusters.GetStore().GetByKey("member1")
 		return ok && obj.(*karmada.Cluster).Labels["heartbeat"] == "1"
