@@ -13,6 +13,21 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/serving"
 )
 
+// hasOtherThanDeadline reports whether err, a drain's, joins any error but
+// the drain's deadline.
+func hasOtherThanDeadline(err error) bool {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return !errors.Is(err, context.DeadlineExceeded)
+	}
+	for _, e := range joined.Unwrap() {
+		if hasOtherThanDeadline(e) {
+			return true
+		}
+	}
+	return false
+}
+
 // server is an http.Server and the listener it serves.
 type server struct {
 	srv *http.Server
@@ -91,11 +106,19 @@ func (l *lifecycle) run(parent context.Context) error {
 	l.health.shuttingDown()
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), l.grace)
 	defer cancelDrain()
-	err = errors.Join(err, drain(drainCtx,
+	drained := drain(drainCtx,
 		drainStep{"proxy server shutdown", l.proxy.srv.Shutdown},
 		drainStep{"drain streams", l.streams.Shutdown},
 		drainStep{"labeler lease release", waitClosed(labelerDone)},
-	))
+	)
+	if drained != nil && drainCtx.Err() != nil && !hasOtherThanDeadline(drained) {
+		// The grace period ended with streams open: they were cut, each
+		// told so and recorded. A rollout's outcome, not the gateway's
+		// failure: it exits 0.
+		logger.Info("Grace period over: what was still open was ended", "gracePeriod", l.grace, "open", drained.Error())
+		drained = nil
+	}
+	err = errors.Join(err, drained)
 	if mErr := l.metrics.srv.Shutdown(drainCtx); mErr != nil {
 		err = errors.Join(err, fmt.Errorf("metrics server shutdown: %w", mErr))
 	}

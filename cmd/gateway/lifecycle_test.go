@@ -131,3 +131,37 @@ func TestFailedPartReleasesLease(t *testing.T) {
 		t.Fatal("replica a did not return after its proxy server failed")
 	}
 }
+
+// openStreams is a drain step for streams that stay open past any grace
+// period, as a CI job's exec does: it returns only when its deadline cuts
+// them.
+type openStreams struct{}
+
+func (openStreams) Shutdown(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestGraceEndedWithOpenStreamsIsNoFailure: a SIGTERM whose grace period
+// ends with streams still open (a rollout under long CI jobs) ends them,
+// and the gateway returns no error: it used to log "gateway failed ...
+// context deadline exceeded" and exit 1, like a crash. A part that failed
+// is still an error (TestFailedPartReleasesLease).
+func TestGraceEndedWithOpenStreamsIsNoFailure(t *testing.T) {
+	kube := kubefake.NewClientset()
+	a, _ := replica(t, kube, "a")
+	a.streams, a.grace = openStreams{}, 300*time.Millisecond
+	ctx, sigterm := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	waitHolder(t, kube, "a", 10*time.Second)
+	sigterm()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run after a grace period that ended with open streams: %v, want no error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after its grace period")
+	}
+}
