@@ -150,7 +150,7 @@ func TestDeploymentDefaults(t *testing.T) {
 		"--leader-elect=true",
 		"--leader-election-namespace=karmada-system",
 		"--leader-election-id=karmada-exec-gateway-labeler",
-		"--shutdown-grace-period=30s",
+		"--shutdown-grace-period=3600s",
 		"--read-header-timeout=10s",
 		"--upstream-header-timeout=30s",
 		"--idle-timeout=90s",
@@ -201,8 +201,10 @@ func TestDeploymentDefaults(t *testing.T) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
 		t.Error("resource requests missing")
 	}
-	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
-		t.Errorf("terminationGracePeriodSeconds = %v, must exceed the 30s shutdown grace period", g)
+	// A rollout never cuts a CI job within GitLab Runner's default job
+	// timeout: the drain lasts an hour, and the pod's grace outlasts it.
+	if g := pod.TerminationGracePeriodSeconds; g == nil || *g != 3620 {
+		t.Errorf("terminationGracePeriodSeconds = %v, want the 3600 s drain and 20 s for the records", g)
 	}
 	if pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil ||
 		len(pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
@@ -830,7 +832,7 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"cert-manager without issuer", "tls: {source: certManager}\n", "tls.certManager.issuerRef.name is required when tls.source=certManager"},
 		{"client CA in passthrough", "auth: {clientCA: {secretName: ca}}\n", "auth.clientCA.secretName is only used with auth.mode=authorize"},
 		{"client CA over plain HTTP", "auth: {mode: authorize, clientCA: {secretName: ca}}\ntls: {source: none}\n", "needs TLS serving"},
-		{"grace shorter than drain", "terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds (20) must exceed shutdownGracePeriodSeconds (30)"},
+		{"grace shorter than drain", "terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds (20) must exceed shutdownGracePeriodSeconds (3600)"},
 		{"no identity for RBAC", "karmada: {identity: {user: \"\"}}\n", "karmada.identity needs a user, groups or a serviceAccount"},
 		{"executors in authorize mode", "auth: {mode: authorize}\npassthrough: {executors: [{namespace: ci, serviceAccount: runner}]}\n", "passthrough.executors is only used with auth.mode=passthrough"},
 		{"executor ServiceAccount without namespace", "passthrough: {executors: [{serviceAccount: runner}]}\n", "at '/passthrough/executors/0'"},

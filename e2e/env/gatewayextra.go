@@ -136,5 +136,14 @@ func (x *ExtraGateway) Terminate(within time.Duration) (exited bool, took time.D
 	}
 }
 
+// ExitError is how the extra gateway's last run ended: nil for exit status
+// 0 (or while it runs), else the wait's error (*exec.ExitError).
+func (x *ExtraGateway) ExitError() error {
+	p := x.g.proc
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
 // Kill sends SIGKILL: a crash, an OOM kill.
 func (x *ExtraGateway) Kill() { x.g.proc.kill() }
