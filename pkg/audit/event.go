@@ -93,6 +93,10 @@ const (
 	AnnotationBytesOut      = prefix + "bytes-to-client"
 	AnnotationDuration      = prefix + "duration-seconds"
 	AnnotationRecording     = prefix + "recording"
+	// AnnotationEphemeralContainers lists the debug containers a
+	// pods/ephemeralcontainers write adds (kubectl debug): name, image,
+	// command, args, target, stdin, tty and security context, as JSON.
+	AnnotationEphemeralContainers = prefix + "ephemeral-containers"
 	// AnnotationUserUnknown says why user is empty, when the gateway
 	// tried to learn it.
 	AnnotationUserUnknown = prefix + "user-unknown"
@@ -148,6 +152,8 @@ type Request struct {
 	// RecordingIncomplete says why it does not hold the whole session, or
 	// why none was kept.
 	Recording, RecordingIncomplete string
+	// EphemeralContainers is AnnotationEphemeralContainers' value.
+	EphemeralContainers string
 }
 
 // NewEvent is the Event for stage of req at now. The fields a client
@@ -197,6 +203,7 @@ func newEvent(stage string, id types.UID, req *Request, now time.Time) *Event {
 	set(AnnotationProtocol, req.Protocol)
 	set(AnnotationRecording, req.Recording)
 	set(AnnotationRecordingIncomplete, req.RecordingIncomplete)
+	set(AnnotationEphemeralContainers, req.EphemeralContainers)
 	// user is who authenticated, impersonatedUser whom the request asked
 	// to act as, as kube-apiserver writes them.
 	imp := impersonated(r.Header)

@@ -20,6 +20,7 @@ func (s *requestState) decided(req *audit.Request) {
 	req.Impersonated = identity.Impersonated(req.HTTP.Header)
 	req.SourceIPs = s.sourceIPs
 	req.TemplateUID, req.MemberUID = s.placement.TemplateUID, s.placement.MemberUID
+	req.EphemeralContainers = s.ephemeral
 	switch {
 	case s.authorized != nil:
 		req.Caller, req.Decision = s.authorized, "allow"

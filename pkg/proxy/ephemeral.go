@@ -113,12 +113,26 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 		return
 	}
 
+	added := debugContainers(body)
+	state.ephemeral = added.audit()
+
 	rr := identity.ResourceRequest{Namespace: pr.Namespace, Verb: identity.MethodVerb(r.Method), Resource: "pods", Subresource: ephemeralSubresource, Name: pr.Name}
 	if p.authMode == AuthAuthorize {
 		if logger, ok = p.authorize(w, r, rr, logger); !ok {
 			return
 		}
 	} else if !p.admittedByKarmada(w, r, podsResource.Resource, pr.Namespace, pr.Name) || !p.callerMay(w, r, rr) {
+		return
+	}
+	if p.recorder != nil && p.recorder.RefusesUnrecorded(pr.Namespace, added.tty()) {
+		// A debug container runs its command when the kubelet starts it,
+		// whether or not anyone attaches, and nothing records what it does
+		// unattached: failing closed, it is refused, as an exec whose
+		// session cannot be recorded is.
+		logger.V(2).Info("Debug container refused: its command cannot be recorded and recording fails closed")
+		apiresponse.WriteStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf(
+			"a debug container's command cannot be recorded (it runs whether or not a session attaches to it) and recording fails closed (--record-sessions-fail-closed) in namespace %q: "+
+				"use kubectl exec, which is recorded", pr.Namespace)))
 		return
 	}
 	cluster, err := p.resolvePod(ctx, pr.Namespace, pr.Name)
@@ -181,6 +195,86 @@ func (p *Proxy) serveEphemeralContainers(w http.ResponseWriter, r *http.Request)
 	}
 	logger.V(4).Info("Ephemeral container added to the member copy and the template")
 	relayResponse(w, tmpl)
+}
+
+// ephemeralContainer is what the audit event says of a debug container.
+type ephemeralContainer struct {
+	Name            string          `json:"name,omitempty"`
+	Image           string          `json:"image,omitempty"`
+	Command         []string        `json:"command,omitempty"`
+	Args            []string        `json:"args,omitempty"`
+	Target          string          `json:"targetContainerName,omitempty"`
+	Stdin           bool            `json:"stdin,omitempty"`
+	TTY             bool            `json:"tty,omitempty"`
+	SecurityContext json.RawMessage `json:"securityContext,omitempty"`
+}
+
+// addedContainers are the ephemeral containers a write names; nil with
+// unparsed set when its body is none of the forms read.
+type addedContainers struct {
+	containers []ephemeralContainer
+	unparsed   bool
+}
+
+// debugContainers reads the ephemeral containers a pods/ephemeralcontainers
+// write names: in a Pod (PUT), a merge or strategic merge patch
+// ({"spec":{"ephemeralContainers":[...]}}, kubectl debug's), or a JSON
+// patch's added values. The member validates the write; this is only
+// what the audit says of it.
+func debugContainers(body []byte) addedContainers {
+	var obj struct {
+		Spec struct {
+			EphemeralContainers []ephemeralContainer `json:"ephemeralContainers"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(body, &obj); err == nil {
+		return addedContainers{containers: obj.Spec.EphemeralContainers}
+	}
+	var ops []struct {
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(body, &ops); err != nil {
+		return addedContainers{unparsed: true}
+	}
+	var out addedContainers
+	for _, op := range ops {
+		if (op.Op != "add" && op.Op != "replace") || !strings.HasPrefix(op.Path, "/spec/ephemeralContainers") {
+			continue
+		}
+		var one ephemeralContainer
+		var many []ephemeralContainer
+		switch {
+		case json.Unmarshal(op.Value, &many) == nil:
+			out.containers = append(out.containers, many...)
+		case json.Unmarshal(op.Value, &one) == nil:
+			out.containers = append(out.containers, one)
+		default:
+			out.unparsed = true
+		}
+	}
+	return out
+}
+
+// audit is the annotation's value.
+func (a addedContainers) audit() string {
+	if a.unparsed && len(a.containers) == 0 {
+		return "unparsed"
+	}
+	b, _ := json.Marshal(a.containers)
+	return string(b)
+}
+
+// tty reports whether a container added has a terminal (recording mode
+// tty records those).
+func (a addedContainers) tty() bool {
+	for _, c := range a.containers {
+		if c.TTY {
+			return true
+		}
+	}
+	return false
 }
 
 // retryWrite sends until an answer is 2xx, up to ephemeralWriteAttempts

@@ -23,6 +23,7 @@ import (
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/metrics"
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/proxy/proxytest"
+	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/recording"
 )
 
 // ephemeralUpstream is karmada-apiserver and the cluster proxy in one: it
@@ -238,7 +239,7 @@ func TestEphemeralContainersAreAudited(t *testing.T) {
 	p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL, BearerToken: "gateway-token"}, AuthMode: AuthAuthorize, Authorizer: authz, Auditor: auditor})
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, proxytest.RawRequest(t, http.MethodPatch, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers",
-		http.Header{"Authorization": {"Bearer caller-token"}, "Content-Type": {"application/strategic-merge-patch+json"}}, `{}`))
+		http.Header{"Authorization": {"Bearer caller-token"}, "Content-Type": {"application/strategic-merge-patch+json"}}, kubectlDebugPatch))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("code %d: %s", rec.Code, rec.Body)
 	}
@@ -247,5 +248,81 @@ func TestEphemeralContainersAreAudited(t *testing.T) {
 	if a[audit.AnnotationRoute] != metrics.RouteEphemeralContainers || a[audit.AnnotationCluster] != proxytest.Cluster || ev.User.Username != "alice" ||
 		ev.ObjectRef == nil || ev.ObjectRef.Name != "p" || ev.ObjectRef.Subresource != ephemeralSubresource || ev.Verb != "patch" {
 		t.Errorf("audit event %+v, want route %s, member %s, user alice, patch of pods/p/ephemeralcontainers", ev, metrics.RouteEphemeralContainers, proxytest.Cluster)
+	}
+	// What the debug container runs, and with what reach, is in the event:
+	// it is an exec the caller chose.
+	want := `[{"name":"debugger-x7k2","image":"busybox","command":["sh","-c","id \u003e /tmp/x"],"targetContainerName":"main","securityContext":{"privileged":true}}]`
+	if got := a[audit.AnnotationEphemeralContainers]; got != want {
+		t.Errorf("ephemeral-containers annotation %s, want %s", got, want)
+	}
+}
+
+// kubectlDebugPatch is the strategic merge patch kubectl debug
+// --image=busybox --target=main --profile=sysadmin -- sh -c 'id > /tmp/x'
+// sends.
+const kubectlDebugPatch = `{"spec":{"ephemeralContainers":[{"name":"debugger-x7k2","image":"busybox","command":["sh","-c","id > /tmp/x"],` +
+	`"resources":{},"terminationMessagePolicy":"File","imagePullPolicy":"Always","securityContext":{"privileged":true},"targetContainerName":"main"}]}}`
+
+// TestDebugContainersReadInEveryWriteForm: the containers a write adds are
+// read from a strategic merge patch (kubectl debug's), a whole Pod (PUT)
+// and a JSON patch; a body of none of these forms says so.
+func TestDebugContainersReadInEveryWriteForm(t *testing.T) {
+	one := `{"name":"d","image":"busybox","args":["top"],"stdin":true,"tty":true}`
+	for _, tc := range []struct{ name, body, want string }{
+		{"strategic merge patch", `{"spec":{"ephemeralContainers":[` + one + `]}}`, `[{"name":"d","image":"busybox","args":["top"],"stdin":true,"tty":true}]`},
+		{"pod", `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"},"spec":{"containers":[{"name":"main","image":"x"}],"ephemeralContainers":[` + one + `]}}`,
+			`[{"name":"d","image":"busybox","args":["top"],"stdin":true,"tty":true}]`},
+		{"json patch, one", `[{"op":"add","path":"/spec/ephemeralContainers/-","value":` + one + `}]`, `[{"name":"d","image":"busybox","args":["top"],"stdin":true,"tty":true}]`},
+		{"json patch, the list", `[{"op":"add","path":"/spec/ephemeralContainers","value":[` + one + `]}]`, `[{"name":"d","image":"busybox","args":["top"],"stdin":true,"tty":true}]`},
+		{"garbage", `not json`, `unparsed`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := debugContainers([]byte(tc.body))
+			if got.audit() != tc.want || !got.tty() && tc.want != "unparsed" {
+				t.Errorf("%s: %s, tty %v; want %s", tc.name, got.audit(), got.tty(), tc.want)
+			}
+		})
+	}
+}
+
+// TestDebugContainerRefusedWhenRecordingFailsClosed: where sessions are
+// recorded failing closed, a debug container is refused (503) before any
+// write: it runs its command whether or not a session attaches, so
+// nothing could record it. Failing open, or where the namespace records
+// nothing, it is added as before.
+func TestDebugContainerRefusedWhenRecordingFailsClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    recording.Options
+		refused bool
+	}{
+		{"fail-closed, all", recording.Options{Mode: recording.ModeAll, FailClosed: true}, true},
+		{"fail-closed, namespace override", recording.Options{Mode: recording.ModeNone, Namespaces: map[string]recording.Mode{"ci": recording.ModeAll}, FailClosed: true}, true},
+		{"fail-closed, tty only, no terminal", recording.Options{Mode: recording.ModeTTY, FailClosed: true}, false},
+		{"fail-open", recording.Options{Mode: recording.ModeAll}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Dir, tc.opts.MaxSessionBytes, tc.opts.MaxTotalBytes = t.TempDir(), 1<<20, 1<<20
+			rec, err := recording.New(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			up := &ephemeralUpstream{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			p := newTestProxy(t, Options{Upstream: &rest.Config{Host: srv.URL}, Recorder: rec})
+			rw := httptest.NewRecorder()
+			p.ServeHTTP(rw, proxytest.RawRequest(t, http.MethodPatch, "/api/v1/namespaces/ci/pods/p/ephemeralcontainers",
+				http.Header{"Authorization": {"Bearer caller-token"}, "Content-Type": {"application/strategic-merge-patch+json"}}, kubectlDebugPatch))
+			up.mu.Lock()
+			writes := slices.DeleteFunc(slices.Clone(up.steps), func(s string) bool { return !strings.HasPrefix(s, "PATCH") })
+			up.mu.Unlock()
+			switch {
+			case tc.refused && (rw.Code != http.StatusServiceUnavailable || len(writes) != 0 || !strings.Contains(rw.Body.String(), "cannot be recorded")):
+				t.Errorf("%d %s, writes %v; want 503 before anything is written", rw.Code, rw.Body, writes)
+			case !tc.refused && (rw.Code != http.StatusOK || len(writes) != 2):
+				t.Errorf("%d %s, writes %v; want the member's copy and the template written", rw.Code, rw.Body, writes)
+			}
+		})
 	}
 }

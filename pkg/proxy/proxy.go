@@ -336,6 +336,9 @@ type requestState struct {
 	audit      *audit.Trail
 	// phases times an upgrade's setup for the debug log (nil unless V(4)).
 	phases *upstream.Phases
+	// ephemeral is what a pods/ephemeralcontainers write adds, for the
+	// audit event (debugContainers).
+	ephemeral string
 	// recording is the session's recording, started before the upgrade
 	// is forwarded; followed, the upgraded stream once it is followed.
 	recording *recording.Session

@@ -316,6 +316,18 @@ type Result struct {
 	Incomplete string
 }
 
+// RefusesUnrecorded reports whether a session in namespace ns (with a
+// terminal or not) must be recorded or refused: its namespace's mode
+// records it and recording fails closed. For what the gateway cannot
+// record at all (a debug container's command), so that it is refused.
+func (r *Recorder) RefusesUnrecorded(ns string, tty bool) bool {
+	mode := r.opts.Mode
+	if m, ok := r.opts.Namespaces[ns]; ok {
+		mode = m
+	}
+	return r.opts.FailClosed && (mode == ModeAll || (mode == ModeTTY && tty))
+}
+
 // Start begins the recording of the exec or attach req asks for on pod
 // ns/pod, if the mode of ns says so, before anything is sent upstream: the
 // file is created, locked and its header written (and synced, failing
