@@ -906,7 +906,9 @@ func TestMemberWithoutProxyURLHonoursTheEnvironment(t *testing.T) {
 	}
 	ms := newMemberServer(t)
 	px := newConnectProxy(t)
+	px.mu.Lock()
 	px.redirect = ms.Listener.Addr().String()
+	px.mu.Unlock()
 	_, port, _ := net.SplitHostPort(ms.Listener.Addr().String())
 	for _, noProxy := range []string{"", "example.com"} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMemberWithoutProxyURLHonoursTheEnvironment$", "-test.v")
