@@ -198,8 +198,11 @@ func run(ctx context.Context, o *options) error {
 		// Reviews have budgets of their own (client-go limits each client
 		// apart): the informers and the labeler never wait for them, and
 		// a flood of unknown tokens spends only the new credentials' one.
+		// The new credentials' budget serves first the sources with no
+		// credential rejected lately, at that client's own limits.
 		aopts := auth.Options{
 			Client: clients.knownCallers, NewCredentialClient: clients.newCredentials, FailedPerSource: rate.Limit(o.authFailedPerSource),
+			NewCredentialQPS: o.clientQPS, NewCredentialBurst: o.clientBurst,
 			CacheTTL: o.authCacheTTL, Metrics: m, Timeout: o.authTimeout,
 		}
 		if clientCA != nil {

@@ -102,6 +102,13 @@ type Options struct {
 	// that source with a credential not known good is answered 429 without
 	// a TokenReview. Zero means DefaultFailedPerSource, negative none.
 	FailedPerSource rate.Limit
+	// NewCredentialQPS and NewCredentialBurst pace the TokenReviews of
+	// credentials not known good, serving first the sources with no
+	// credential rejected lately (reviewQueue): set them to
+	// NewCredentialClient's limits. Zero QPS leaves the pacing to that
+	// client's own limiter, first come first served.
+	NewCredentialQPS   float64
+	NewCredentialBurst int
 	// Now replaces time.Now, for tests.
 	Now func() time.Time
 }
@@ -132,6 +139,9 @@ type Authorizer struct {
 	failures        *cache.LRUExpireCache
 	failuresMu      sync.Mutex // sourceLimiter's lookup and add
 	failedPerSource rate.Limit
+	// newReviews paces newCredentials' TokenReviews, clean sources first
+	// (nil: not paced here).
+	newReviews *reviewQueue
 }
 
 type clockFunc func() time.Time
@@ -183,6 +193,7 @@ func New(opts Options) (*Authorizer, error) {
 	if a.failedPerSource == 0 {
 		a.failedPerSource = DefaultFailedPerSource
 	}
+	a.newReviews = newReviewQueue(opts.NewCredentialQPS, opts.NewCredentialBurst)
 	return a, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -149,18 +150,25 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 		// A credential not known good is reviewed on its own budget, and
 		// only while its source has not failed too often.
 		client, rejected := a.client, false
+		var queue *reviewQueue
+		clean := false
 		if _, known := a.known.Get(cred.key); !known {
+			clean = a.sourceIsClean(cred.source)
 			done, ok := a.sourceMayTry(cred.source)
 			if !ok {
 				return decision{}, throttled()
 			}
 			defer func() { done(rejected) }()
-			client = a.newCredentials
+			client, queue = a.newCredentials, a.newReviews
 		}
 		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: cred.token}}
 		tr.calledAPI = true
 		var res *authenticationv1.TokenReview
+		// The wait for the budget counts in --auth-timeout, as the review.
 		err := a.call(ctx, "TokenReview", "authentication unavailable", cred.token, func(ctx context.Context) (err error) {
+			if err := queue.wait(ctx, clean); err != nil {
+				return err
+			}
 			res, err = client.AuthenticationV1().TokenReviews().Create(ctx, review, metav1.CreateOptions{})
 			return err
 		})
@@ -200,39 +208,66 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 	return d.caller, d.err
 }
 
-// sourceLimiter is the failed authentications one source may still have.
-// Looking it up and adding it is one step: two first requests of a source
-// racing each made a limiter, and the one added last forgot what the
-// other's took (a flood got more reviews than the burst, seen in CI).
-func (a *Authorizer) sourceLimiter(source string) *rate.Limiter {
+// sourceRecord is what the gateway keeps of a source's failed
+// authentications: how many it may still have, and when its last
+// credential was rejected.
+type sourceRecord struct {
+	limiter      *rate.Limiter
+	lastRejected atomic.Int64 // unix nanoseconds; 0: never
+}
+
+// suspectFor is how long a source whose credential was rejected has its
+// new credentials reviewed after those of every other source.
+const suspectFor = time.Minute
+
+// source is source's record. Looking it up and adding it is one step: two
+// first requests of a source racing each made a limiter, and the one added
+// last forgot what the other's took (a flood got more reviews than the
+// burst, seen in CI).
+func (a *Authorizer) source(source string) *sourceRecord {
 	a.failuresMu.Lock()
 	defer a.failuresMu.Unlock()
 	if v, ok := a.failures.Get(source); ok {
-		return v.(*rate.Limiter)
+		return v.(*sourceRecord)
 	}
-	l := rate.NewLimiter(a.failedPerSource, 2*int(max(a.failedPerSource, 1)))
-	a.failures.Add(source, l, time.Minute)
-	return l
+	rec := &sourceRecord{limiter: rate.NewLimiter(a.failedPerSource, 2*int(max(a.failedPerSource, 1)))}
+	a.failures.Add(source, rec, suspectFor)
+	return rec
+}
+
+// sourceIsClean reports whether source has had no credential rejected in
+// the last suspectFor: its new credentials are reviewed first. A flood's
+// sources are rejected all the time; each of its requests, however slow,
+// keeps its source suspected.
+func (a *Authorizer) sourceIsClean(source string) bool {
+	last := a.source(source).lastRejected.Load()
+	return last == 0 || a.now().Sub(time.Unix(0, last)) > suspectFor
 }
 
 // sourceMayTry reports whether source may have a credential not known
 // good reviewed. It takes one of the source's failures before the review,
 // so that concurrent requests cannot all pass on the last one; done, once
 // the review ended, keeps it taken if the credential was rejected and
-// gives it back otherwise: a source bringing new good credentials is never
-// held back.
+// gives it back otherwise: good credentials cost their source nothing.
 func (a *Authorizer) sourceMayTry(source string) (done func(rejected bool), ok bool) {
+	rec := a.source(source)
 	if a.failedPerSource < 0 {
-		return func(bool) {}, true
+		return func(rejected bool) {
+			if rejected {
+				rec.lastRejected.Store(a.now().UnixNano())
+			}
+		}, true
 	}
 	now := a.now()
-	r := a.sourceLimiter(source).ReserveN(now, 1)
+	r := rec.limiter.ReserveN(now, 1)
 	if !r.OK() || r.DelayFrom(now) > 0 {
 		r.CancelAt(now)
 		return nil, false
 	}
 	return func(rejected bool) {
-		if !rejected {
+		if rejected {
+			rec.lastRejected.Store(a.now().UnixNano())
+		} else {
 			r.CancelAt(a.now())
 		}
 	}, true

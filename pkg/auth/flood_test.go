@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // fromSource is a request with the bearer token from the address source.
@@ -134,5 +139,62 @@ func TestConcurrentFailuresStayWithinTheLimit(t *testing.T) {
 		}
 		env2.authz.cache = cache.NewLRUExpireCacheWithClock(10, clockFunc(env2.clock.Now))
 		env2.authz.known = cache.NewLRUExpireCacheWithClock(10, clockFunc(env2.clock.Now))
+	}
+}
+
+// TestCleanSourcesAreReviewedFirst: the new credentials' budget (paced as
+// cmd/gateway paces it) serves first the sources that have had no
+// credential rejected lately. A flood spread over 40 addresses, each within
+// its failure limit but each already caught with bad tokens, queues 80
+// reviews, four seconds of the budget; a new good token from another
+// address is then reviewed next, not after them. First come first served,
+// it waited behind the whole flood (4.55 s at 200 addresses, live).
+func TestCleanSourcesAreReviewedFirst(t *testing.T) {
+	newAPI, newClient := newFakeAPI()
+	var mu sync.Mutex
+	var order []string
+	newClient.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		order = append(order, a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).Spec.Token)
+		mu.Unlock()
+		return false, nil, nil
+	})
+	env := newTestEnv(t, func(o *Options) {
+		o.NewCredentialClient, o.NewCredentialQPS, o.NewCredentialBurst = newClient, 20, 1
+	})
+	newAPI.grant(rule("alice", "create", "", "pods/exec", "ci", "job-42"))
+	env.api.grant(rule("alice", "create", "", "pods/exec", "ci", "job-42"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const sources = 40
+	for i := range sources { // each source is caught with bad tokens once
+		_, _ = env.authz.AuthorizeResource(ctx, fromSource(fmt.Sprintf("caught-%d", i), fmt.Sprintf("192.0.2.%d", i+1)), execJob42)
+	}
+	var wg sync.WaitGroup
+	for i := range 2 * sources {
+		wg.Go(func() {
+			_, _ = env.authz.AuthorizeResource(ctx, fromSource(fmt.Sprintf("flood-%d", i), fmt.Sprintf("192.0.2.%d", i%sources+1)), execJob42)
+		})
+	}
+	defer wg.Wait()
+	defer cancel()
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		env.authz.newReviews.mu.Lock()
+		defer env.authz.newReviews.mu.Unlock()
+		return len(env.authz.newReviews.suspected) >= 2*sources-5, nil
+	}); err != nil {
+		t.Fatal("the flood did not queue")
+	}
+	mu.Lock()
+	before := len(order)
+	mu.Unlock()
+	if _, err := env.authz.AuthorizeResource(ctx, fromSource("alice-token", "198.51.100.7"), execJob42); err != nil {
+		t.Fatalf("the good token: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	at := slices.Index(order, "alice-token")
+	if at < 0 || at-before > 1 {
+		t.Errorf("the good token was reviewed after %d of the flood's queued reviews; want next (at most the one in hand)", at-before)
 	}
 }
