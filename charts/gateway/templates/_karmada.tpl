@@ -116,6 +116,18 @@ subjects:
 {{- $trust := .Values.memberAccess.memberTrust }}
 {{- $published := printf "%s-member-trust" $name }}
 ---
+# direct member access: where member-trust publishes the members' impersonator
+# tokens and CAs. Rendered empty (member-trust writes its data), so that
+# uninstalling removes the copy with the release.
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ $published }}
+  namespace: {{ $trust.secretNamespace }}
+  labels:
+    {{- include "gateway.labels" $ | nindent 4 }}
+type: Opaque
+---
 # direct member access: the gateway reads one Secret, by name: the members'
 # impersonator tokens and CAs that the member-trust Deployment publishes. Never
 # the Secrets the Clusters name, whose secretRef one holds a member
