@@ -33,14 +33,22 @@ func TestGatewayChartValues(t *testing.T) {
 			continue
 		}
 		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
-		want := []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": UserGateway}}
+		// member-trust's bindings are its own identity's, never the
+		// gateway's: the gateway may not read the members' Secrets.
+		user := UserGateway
+		switch o.GetName() {
+		case gatewayRelease + "-member-trust", gatewayRelease + "-member-trust-read", gatewayRelease + "-member-trust-publish":
+			user = UserMemberTrust
+		}
+		want := []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}}
 		if !reflect.DeepEqual(subjects, want) {
-			t.Errorf("%s %s binds %v, want only user %s", o.GetKind(), o.GetName(), subjects, UserGateway)
+			t.Errorf("%s %s binds %v, want only user %s", o.GetKind(), o.GetName(), subjects, user)
 		}
 	}
 	slices.Sort(kinds)
-	want := []string{"ClusterPropagationPolicy", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Role", "Role", "RoleBinding", "RoleBinding"}
+	want := []string{"ClusterPropagationPolicy", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding",
+		"Role", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "RoleBinding", "Secret"}
 	if !slices.Equal(kinds, want) {
-		t.Errorf("rendered %v, want %v (gateway, clusters/proxy and member RBAC, the lease Role, the member Secrets' Role, the member policy)", kinds, want)
+		t.Errorf("rendered %v, want %v (gateway, clusters/proxy and member RBAC, the lease Role, the published Secret's Role, member-trust's RBAC, the published Secret, the member policy)", kinds, want)
 	}
 }
