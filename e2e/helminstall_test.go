@@ -1110,7 +1110,7 @@ func assertRoutingLogged(t *testing.T, e *env.Env, host kubernetes.Interface, r 
 	if err != nil || len(clusters) != 1 {
 		t.Fatalf("clusters of %s: %v, %v", pod, clusters, err)
 	}
-	want := []string{`"Rewriting to cluster proxy"`, `pod="` + pod + `"`, `cluster="` + clusters[0] + `"`}
+	want := []string{`"Rewriting to the member cluster"`, `pod="` + pod + `"`, `cluster="` + clusters[0] + `"`}
 	pods, err := gatewayPods(t.Context(), host, r.namespace, r.release)
 	if err != nil {
 		t.Fatal(err)

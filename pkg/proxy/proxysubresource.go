@@ -237,7 +237,7 @@ func (p *Proxy) serveProxySubresource(w http.ResponseWriter, r *http.Request, k 
 	if !p.routeToCluster(w, r, logger, cluster, strings.TrimSuffix(pr.Resource, "s")+" "+pr.Namespace+"/"+pr.Name, prefix, pr.Rest, pr.RestPath) {
 		return
 	}
-	logger.V(4).Info("Rewriting proxy subresource to cluster proxy", "cluster", cluster)
+	logger.V(4).Info("Rewriting proxy subresource to the member cluster", "cluster", cluster, "upstream", stateFrom(ctx).upstreamName)
 	p.forward(w, r)
 }
 

@@ -148,11 +148,20 @@ type Recorder struct {
 	// buffered (reserve), so concurrent sessions never pass the cap.
 	total, open atomic.Int64
 
+	// measureMu guards what follows: a reading of Dir, and a session's
+	// file joining or leaving the sessions' own (their start, their end).
 	measureMu sync.Mutex
 	// measuredAt is when total was last read from Dir (r.now), measuredWall
 	// the same on the wall clock, measuredMtime Dir's modification time
 	// then.
 	measuredAt, measuredWall, measuredMtime time.Time
+	// others is what total counts of the files that are no open session's
+	// of this Recorder (finished recordings, another replica's), as last
+	// read or since changed by a session's end; live names the open
+	// sessions' files, whose bytes total counts as they are written and
+	// a reading never measures: their writes go on meanwhile.
+	others int64
+	live   map[string]bool
 
 	failures  *prometheus.CounterVec
 	sessions  prometheus.Counter
@@ -173,7 +182,7 @@ func New(opts Options) (*Recorder, error) {
 	if opts.Dir == "" || opts.MaxSessionBytes <= 0 || opts.MaxTotalBytes <= 0 {
 		return nil, errors.New("recording: a directory and positive session and total caps are required")
 	}
-	r := &Recorder{opts: opts, now: time.Now,
+	r := &Recorder{opts: opts, now: time.Now, live: map[string]bool{},
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recording_failures_total",
 			Help: "Session recordings not made or not finished, by reason (start, write, cap); with fail-closed the session was refused or cut."}, []string{"reason"}),
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "karmada_gateway", Name: "recordings_total",
@@ -201,11 +210,14 @@ func New(opts Options) (*Recorder, error) {
 	return r, nil
 }
 
-// measureDir sets total to what Dir holds now plus what open sessions
-// reserved or buffered. It reads Dir again only when a file was added to
-// it or removed from it since the last reading (its modification time
-// changed) or dirRemeasureInterval passed: at the cap, every session's
-// next event asks. Concurrent callers wait for one reading.
+// measureDir brings total's count of the files that are no open session's
+// (others) to what Dir holds of them now: uploads and an operator's
+// deletions leave the count. The open sessions' own files are never
+// measured: total follows them byte for byte, and their writes go on
+// during a reading. It reads Dir again only when a file was added to it or
+// removed from it since the last reading (its modification time changed)
+// or dirRemeasureInterval passed: at the cap, every session's next event
+// asks. Concurrent callers wait for one reading.
 func (r *Recorder) measureDir() error {
 	r.measureMu.Lock()
 	defer r.measureMu.Unlock()
@@ -227,14 +239,43 @@ func (r *Recorder) measureDir() error {
 	if err != nil {
 		return fmt.Errorf("recording directory: %w", err)
 	}
-	var total int64
+	var others int64
 	for _, e := range entries {
+		if r.live[e.Name()] {
+			continue
+		}
 		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
-			total += info.Size()
+			others += info.Size()
 		}
 	}
-	r.total.Store(total + r.open.Load())
+	r.total.Add(others - r.others)
+	r.others = others
 	return nil
+}
+
+// settle renames an ended session's file (the temporary name in Dir) to
+// final, and moves its bytes from the open sessions' count to the
+// others', in one step with respect to a reading: a reading in between
+// would count them twice. The file stays under its temporary name, among
+// the others, when the rename fails (the error).
+func (r *Recorder) settle(temp, final string, bytes int64) error {
+	r.measureMu.Lock()
+	defer r.measureMu.Unlock()
+	err := os.Rename(filepath.Join(r.opts.Dir, temp), filepath.Join(r.opts.Dir, final))
+	delete(r.live, temp)
+	r.others += bytes
+	return err
+}
+
+// forget drops a discarded session's file from the open sessions', and
+// removes it if the session made it (created): total no longer counts it.
+func (r *Recorder) forget(temp string, created bool) {
+	r.measureMu.Lock()
+	defer r.measureMu.Unlock()
+	if created {
+		_ = os.Remove(filepath.Join(r.opts.Dir, temp))
+	}
+	delete(r.live, temp)
 }
 
 // reserve takes n bytes of the directory's cap, if it has them.
@@ -436,6 +477,9 @@ func (r *Recorder) start(ns, pod string, q url.Values, tty bool, logger klog.Log
 	}
 	name := fmt.Sprintf("%s_%s_%s_%d.cast", ns, pod, now.UTC().Format("20060102T150405Z"), now.UnixNano()%1e9)
 	s := &Session{r: r, name: name, start: now, tty: tty, logger: logger.WithValues("recording", name), reserved: int64(len(header)) + markerReserve}
+	r.measureMu.Lock()
+	r.live[tempName(name)] = true // before the file exists: no reading counts it twice
+	r.measureMu.Unlock()
 	osf, err := os.OpenFile(filepath.Join(r.opts.Dir, tempName(name)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
 		s.f = osf
@@ -538,7 +582,9 @@ func (s *Session) Abandon() {
 func (s *Session) discard() {
 	if s.f != nil {
 		_ = s.f.Close()
-		_ = os.Remove(s.f.Name())
+	}
+	if s.name != "" {
+		s.r.forget(tempName(s.name), s.f != nil)
 	}
 	s.r.total.Add(-(s.reserved + int64(len(s.buf)) + s.onDisk))
 	s.r.open.Add(-(s.reserved + int64(len(s.buf))))
@@ -750,7 +796,6 @@ func (s *Session) finish(sum streamfollow.Summary) {
 		s.marker(markerIncomplete + why)
 	}
 	s.flush()
-	tmp := s.f.Name()
 	err := errors.Join(s.f.Sync(), s.f.Close())
 	if err != nil && !s.failed {
 		s.fail(err)
@@ -759,7 +804,7 @@ func (s *Session) finish(sum streamfollow.Summary) {
 	s.r.open.Add(-s.reserved)
 	s.reserved = 0
 	s.result = Result{File: s.name, Incomplete: s.incomplete}
-	if err := os.Rename(tmp, filepath.Join(s.r.opts.Dir, s.name)); err != nil {
+	if err := s.r.settle(tempName(s.name), s.name, s.onDisk); err != nil {
 		// Kept under its temporary name; the next start renames it.
 		s.logger.Error(err, "Keeping the recording under its temporary name")
 		s.result.Incomplete = strings.TrimPrefix(s.result.Incomplete+"; ", "; ") + "kept as " + tempName(s.name) + " until the gateway's next start"

@@ -339,9 +339,14 @@ func TestCaps(t *testing.T) {
 func TestTotalCapHoldsUnderConcurrency(t *testing.T) {
 	const capBytes = 3 << 20
 	r := newRecorder(t, Options{Mode: ModeAll, MaxSessionBytes: 100 << 20, MaxTotalBytes: capBytes})
-	var wg sync.WaitGroup
+	// All six start before any writes: a session starting once the others
+	// filled the directory would not be recorded at all.
+	var sessions []*session
 	for range 6 {
-		s := startSession(t, r)
+		sessions = append(sessions, startSession(t, r))
+	}
+	var wg sync.WaitGroup
+	for _, s := range sessions {
 		wg.Go(func() {
 			chunk := []byte(strings.Repeat("z", 8<<10))
 			for range 256 { // 2 MiB each
