@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,16 +82,7 @@ func TestRolloutDrainOutlastsACIJob(t *testing.T) {
 		}
 		terminated <- took
 	}()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		res, err := http.Get(gw.MetricsURL() + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusServiceUnavailable, nil
-	}); err != nil {
-		t.Error("/readyz did not say 503 once the gateway was told to stop")
-	}
+	waitDraining(ctx, t, gw) // /readyz says 503 at once
 
 	jobErr := <-done
 	for i := 1; i <= lines; i++ {

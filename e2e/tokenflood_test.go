@@ -76,18 +76,12 @@ func TestTokenFlood(t *testing.T) {
 				case <-floodCtx.Done():
 					return
 				}
-				token := make([]byte, 16)
-				_, _ = rand.Read(token)
-				req, _ := http.NewRequestWithContext(floodCtx, http.MethodGet, target, nil)
-				req.Header.Set("Authorization", "Bearer "+hex.EncodeToString(token))
-				res, err := flooder.Do(req)
-				if err != nil {
+				code, ok := randomTokenRequest(floodCtx, flooder, target)
+				if !ok {
 					continue
 				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
 				sent.Add(1)
-				switch res.StatusCode {
+				switch code {
 				case http.StatusTooManyRequests:
 					throttled.Add(1)
 				case http.StatusUnauthorized:
@@ -173,6 +167,22 @@ func TestTokenFlood(t *testing.T) {
 	}
 }
 
+// randomTokenRequest GETs target with a random bearer token, as a flood
+// does, and returns the answer's status, or false when none came.
+func randomTokenRequest(ctx context.Context, client *http.Client, target string) (int, bool) {
+	token := make([]byte, 16)
+	_, _ = rand.Read(token)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	req.Header.Set("Authorization", "Bearer "+hex.EncodeToString(token))
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, true
+}
+
 // Figures of TestSpreadTokenFlood, stated in docs/security.md.
 const (
 	spreadSources  = 200 // flooding addresses, 127.0.0.2 on
@@ -246,13 +256,7 @@ func TestSpreadTokenFlood(t *testing.T) {
 				case <-floodCtx.Done():
 					return
 				}
-				token := make([]byte, 16)
-				_, _ = rand.Read(token)
-				req, _ := http.NewRequestWithContext(floodCtx, http.MethodGet, target, nil)
-				req.Header.Set("Authorization", "Bearer "+hex.EncodeToString(token))
-				if res, err := client.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, res.Body)
-					res.Body.Close()
+				if _, ok := randomTokenRequest(floodCtx, client, target); ok {
 					sent.Add(1)
 				}
 			}
