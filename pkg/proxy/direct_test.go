@@ -293,3 +293,25 @@ func TestDirectJudgesTheCallerBeforeTheMember(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectAuthorizeModeAsksForTheGatewaysClusterProxy: in authorize mode
+// a member reached directly acts as the gateway only once its own identity
+// is allowed the Cluster's proxy with the request's verb, as
+// karmada-apiserver checks the gateway's call through the cluster proxy
+// (memberaccess.Self.ActAs, which cmd/gateway wires): a refusal reaches no
+// member.
+func TestDirectAuthorizeModeAsksForTheGatewaysClusterProxy(t *testing.T) {
+	h := newDirectHarness(t, AuthAuthorize, &proxytest.Authorizer{Caller: identity.Caller{Name: "bob"}})
+	var asked []identity.ResourceRequest
+	h.p.gatewayIdentity = func(_ context.Context, rr identity.ResourceRequest) (identity.Caller, error) {
+		asked = append(asked, rr)
+		return identity.Caller{}, apierrors.NewForbidden(schema.GroupResource{Group: rr.Group, Resource: "clusters/proxy"}, rr.Name, errors.New("narrowed"))
+	}
+	rec := h.serve(t, http.MethodPost, "/api/v1/namespaces/ci/pods/p/exec?command=id", callerHeaders)
+	if rec.Code != http.StatusForbidden || len(h.member.Requests()) != 0 {
+		t.Errorf("%d %s, %d member requests; want the gateway's refusal, nothing sent", rec.Code, rec.Body, len(h.member.Requests()))
+	}
+	if want := identity.ClusterProxyRequest(http.MethodPost, proxytest.Cluster); len(asked) != 1 || asked[0] != want {
+		t.Errorf("asked for %+v, want %+v", asked, want)
+	}
+}
