@@ -919,6 +919,15 @@ func assertRollingUpgrade(t *testing.T, e *env.Env, sh *readmeShell, host kubern
 	}
 	t.Logf("rollout: fewest Ready pods seen %d; now %s, %s", ready.lowest(), after[0].Name, after[1].Name)
 
+	// The carrier writes the cut sessions' last audit events after their
+	// clients got the Failure, and drains its sinks before it exits: read
+	// its log once it is gone (within its terminationGracePeriodSeconds).
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := host.CoreV1().Pods(r.namespace).Get(ctx, carrier, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("%s, which carried the sessions, is still there after its grace period", carrier)
+	}
 	player, err := exec.LookPath("asciinema")
 	if err != nil {
 		t.Fatal("asciinema is not installed: run make tools")
