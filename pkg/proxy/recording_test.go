@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/audit"
@@ -234,7 +235,8 @@ func TestFailClosedOffersOnlyRecordableProtocols(t *testing.T) {
 	} {
 		for _, failClosed := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/fail-closed=%v", tc.name, failClosed), func(t *testing.T) {
-				rec, err := recording.New(recording.Options{Dir: t.TempDir(), Mode: recording.ModeAll, FailClosed: failClosed,
+				dir := t.TempDir()
+				rec, err := recording.New(recording.Options{Dir: dir, Mode: recording.ModeAll, FailClosed: failClosed,
 					MaxSessionBytes: 1 << 20, MaxTotalBytes: 1 << 20})
 				if err != nil {
 					t.Fatal(err)
@@ -251,7 +253,17 @@ func TestFailClosedOffersOnlyRecordableProtocols(t *testing.T) {
 				p := newTestProxy(t, Options{Upstream: tlsUpstreamConfig(upstream), Recorder: rec})
 				gw := httptest.NewTLSServer(p)
 				t.Cleanup(gw.Close)
-				t.Cleanup(func() { close(up.release) })
+				// The member ends the session, and its recording is settled
+				// (renamed, or discarded), before the directory is removed.
+				t.Cleanup(func() {
+					close(up.release)
+					if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+						temps, _ := filepath.Glob(filepath.Join(dir, ".*.tmp"))
+						return len(temps) == 0, nil
+					}); err != nil {
+						t.Errorf("the session's recording was never settled")
+					}
+				})
 
 				resp := dialGateway(t, gw).send(t, http.MethodGet, target, tc.header)
 				resp.Body.Close()
