@@ -362,11 +362,17 @@ type Result struct {
 // records it and recording fails closed. For what the gateway cannot
 // record at all (a debug container's command), so that it is refused.
 func (r *Recorder) RefusesUnrecorded(ns string, tty bool) bool {
+	return r.opts.FailClosed && r.records(ns, tty)
+}
+
+// records reports whether the mode of namespace ns records a session with
+// a terminal or without.
+func (r *Recorder) records(ns string, tty bool) bool {
 	mode := r.opts.Mode
 	if m, ok := r.opts.Namespaces[ns]; ok {
 		mode = m
 	}
-	return r.opts.FailClosed && (mode == ModeAll || (mode == ModeTTY && tty))
+	return mode == ModeAll || (mode == ModeTTY && tty)
 }
 
 // Start begins the recording of the exec or attach req asks for on pod
@@ -381,11 +387,7 @@ func (r *Recorder) Start(req *http.Request, ns, pod, subresource string) (*Sessi
 	}
 	q := req.URL.Query()
 	tty := queryBool(q, "tty")
-	mode := r.opts.Mode
-	if m, ok := r.opts.Namespaces[ns]; ok {
-		mode = m
-	}
-	if mode == ModeNone || (mode == ModeTTY && !tty) {
+	if !r.records(ns, tty) {
 		return nil, nil
 	}
 	logger := klog.FromContext(req.Context()).WithValues("namespace", ns, "pod", pod)
