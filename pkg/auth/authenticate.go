@@ -153,8 +153,9 @@ func (a *Authorizer) authenticate(ctx context.Context, cred credential, tr *trac
 		var queue *reviewQueue
 		clean := false
 		if _, known := a.known.Get(cred.key); !known {
-			clean = a.sourceIsClean(cred.source)
-			done, ok := a.sourceMayTry(cred.source)
+			rec := a.source(cred.source)
+			clean = a.isClean(rec)
+			done, ok := a.mayTry(rec)
 			if !ok {
 				return decision{}, throttled()
 			}
@@ -235,22 +236,21 @@ func (a *Authorizer) source(source string) *sourceRecord {
 	return rec
 }
 
-// sourceIsClean reports whether source has had no credential rejected in
+// isClean reports whether rec's source has had no credential rejected in
 // the last suspectFor: its new credentials are reviewed first. A flood's
 // sources are rejected all the time; each of its requests, however slow,
 // keeps its source suspected.
-func (a *Authorizer) sourceIsClean(source string) bool {
-	last := a.source(source).lastRejected.Load()
+func (a *Authorizer) isClean(rec *sourceRecord) bool {
+	last := rec.lastRejected.Load()
 	return last == 0 || a.now().Sub(time.Unix(0, last)) > suspectFor
 }
 
-// sourceMayTry reports whether source may have a credential not known
+// mayTry reports whether rec's source may have a credential not known
 // good reviewed. It takes one of the source's failures before the review,
 // so that concurrent requests cannot all pass on the last one; done, once
 // the review ended, keeps it taken if the credential was rejected and
 // gives it back otherwise: good credentials cost their source nothing.
-func (a *Authorizer) sourceMayTry(source string) (done func(rejected bool), ok bool) {
-	rec := a.source(source)
+func (a *Authorizer) mayTry(rec *sourceRecord) (done func(rejected bool), ok bool) {
 	if a.failedPerSource < 0 {
 		return func(rejected bool) {
 			if rejected {
