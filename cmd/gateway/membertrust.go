@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/karmada-exec-gateway/karmada-exec-gateway/pkg/karmada"
@@ -83,9 +82,9 @@ func runMemberTrust(ctx context.Context, o *memberTrustOptions) error {
 	if err != nil {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
-	// Plain reads and writes only, each bounded by the controller; the
-	// informers' watches must not get a client timeout.
-	kube, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	// No client timeout: the Secret informers' watches must not get one;
+	// the controller bounds each read and write of the published Secret.
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
