@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/yaml"
 
@@ -55,10 +54,7 @@ func TestRolloutDrainOutlastsACIJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Stop)
-	client, err := kubernetes.NewForConfig(gw.Config(env.UserExecOnly))
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := gatewayClientFor(t, gw.Config(env.UserExecOnly))
 	lines := int(pastOldGrace / time.Second)
 	script := fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo job-line-$i; sleep 1; i=$((i+1)); done; echo job-done`, lines)
 	u := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(env.Namespace).Name(pod).SubResource("exec").
