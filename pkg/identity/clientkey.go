@@ -13,9 +13,10 @@ import (
 // never the credential: a SHA-256 of the bearer token (Authorization first,
 // then a WebSocket bearer subprotocol, decoded, the two forms
 // karmada-apiserver accepts: one token is one key in either form, whichever
-// of the base64url spellings that decode alike it is sent in), the subject of a client certificate only once the caller says
-// the Authorizer verified it, else the remote IP. An unverified certificate counts as anonymous, or a client
-// could mint a fresh subject per stream.
+// of the base64url spellings that decode alike it is sent in), the subject
+// of a client certificate only once the caller says the Authorizer verified
+// it, else the remote IP. An unverified certificate counts as anonymous, or
+// a client could mint a fresh subject per stream.
 func ClientKey(r *http.Request, certVerified bool) string {
 	if token, ok := BearerToken(r.Header); ok {
 		return hashedToken(token)

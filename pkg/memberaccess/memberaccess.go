@@ -30,10 +30,11 @@
 // Cluster's impersonator token and CA that pkg/membertrust publishes. The
 // gateway never reads the Secrets Clusters name, whose secretRef one holds a
 // member ServiceAccount's cluster-admin token beside the CA: its RBAC names
-// the published Secret alone. A rotated token applies to the next request. A new endpoint, CA, proxy
-// or TLS setting rebuilds the member's pools and closes every connection
-// of the old ones, open streams included: they were trusted on what no
-// longer holds. A deleted Cluster closes its connections likewise.
+// the published Secret alone. A rotated token applies to the next request.
+// A new endpoint, CA, proxy or TLS setting rebuilds the member's pools and
+// closes every connection of the old ones, open streams included: they were
+// trusted on what no longer holds. A deleted Cluster, or one left unusable,
+// closes its connections likewise.
 //
 // This package decides nothing about callers: the proxy authenticates and
 // authorizes them before it asks for a Member, and says whom the request
@@ -95,7 +96,7 @@ type Options struct {
 	// Published is the Secret pkg/membertrust publishes the members'
 	// tokens and CAs in.
 	Published types.NamespacedName
-	// Resync is the Secret informers' resync period.
+	// Resync is the published Secret's informer's resync period.
 	Resync time.Duration
 	// Dial makes the connections to members and their proxies; nil is a
 	// net.Dialer with a 30 s timeout and keep-alives.
@@ -133,7 +134,7 @@ type entry struct {
 	secrets []string
 }
 
-// New is Members reading opts.Clusters; Start starts its Secret informers.
+// New is Members reading opts.Clusters; Start starts its Secret informer.
 func New(opts Options) (*Members, error) {
 	if opts.Clusters == nil || opts.Client == nil || opts.Published.Namespace == "" || opts.Published.Name == "" {
 		return nil, errors.New("memberaccess: a Cluster informer, a client and the published Secret's namespace and name are required")
@@ -323,8 +324,8 @@ func (m *Members) WarmUp(cluster string) bool {
 	return true
 }
 
-// member is Member; without wait it does not wait for a Secret informer
-// that has not synced (the informers' own handlers call it so).
+// member is Member; without wait it does not wait for the published
+// Secret's informer to sync (the informers' own handlers call it so).
 func (m *Members) member(ctx context.Context, cluster string, wait bool) (*Member, error) {
 	obj, exists, err := m.opts.Clusters.GetStore().GetByKey(cluster)
 	if err != nil || !exists {

@@ -203,7 +203,8 @@ func (c *Controller) secretInformer(namespace string) cache.SharedIndexInformer 
 }
 
 // trimSecret keeps of a Secret only the two keys read; the rest of a
-// cluster Secret (the secretRef's token above all) never enters the cache.
+// cluster Secret never enters the cache. (A secretRef Secret's token is
+// kept as the key is one name for both kinds, but never published.)
 func trimSecret(obj any) (any, error) {
 	s, ok := obj.(*corev1.Secret)
 	if !ok {

@@ -58,8 +58,8 @@ type Store interface {
 
 // RejectedError is a store's refusal of one object (too large, a request
 // it finds malformed), which another object may not meet: the Uploader
-// keeps the file, logged and counted, and goes on with the next one
-// instead of holding the spool behind it.
+// sets the file aside (RejectedSuffix), logged and counted, and goes on
+// with the next one instead of holding the spool behind it.
 type RejectedError struct{ Err error }
 
 func (e *RejectedError) Error() string { return "the store refused the object: " + e.Err.Error() }
